@@ -1,0 +1,102 @@
+//! Which executors could ever run an activity.
+//!
+//! Checked once per submission so that work nobody can run is refused with
+//! `NoSuitableExecutor` instead of waiting in a queue forever.
+
+use crate::context::{ContextList, ExecutorContext, RankRange};
+use crate::core::SubmitError;
+use crate::id::ActivityId;
+
+/// For each label, the rank ranges the executors offer under it.
+#[derive(Debug, Clone, Default)]
+pub struct MatchTable {
+    /// Indexed by label: (executor index, offered range or `None` for any rank).
+    by_label: Vec<Vec<(usize, Option<RankRange>)>>,
+    /// What the executors offer, for error messages.
+    offered: String,
+}
+
+impl MatchTable {
+    /// The table for these executors, indexed as given.
+    pub fn new(executors: &[ExecutorContext]) -> Self {
+        let mut table = MatchTable {
+            offered: describe_executors(executors.iter()),
+            ..MatchTable::default()
+        };
+        for (index, executor) in executors.iter().enumerate() {
+            for offered in &executor.contexts {
+                let slot = offered.label.index();
+                if slot >= table.by_label.len() {
+                    table.by_label.resize_with(slot + 1, Vec::new);
+                }
+                table.by_label[slot].push((index, offered.rank));
+            }
+        }
+        table
+    }
+
+    /// Refuses `contexts` unless some executor can run them — or, for work
+    /// that may not leave executor `pinned_to`, unless that one can.
+    pub fn check(
+        &self,
+        id: ActivityId,
+        contexts: &ContextList,
+        pinned_to: Option<usize>,
+    ) -> Result<(), SubmitError> {
+        let runnable = match pinned_to {
+            Some(executor) => self.executor_can_run(executor, contexts),
+            None => self.any_executor_can_run(contexts),
+        };
+        if runnable {
+            return Ok(());
+        }
+        Err(SubmitError::NoSuitableExecutor {
+            id,
+            contexts: contexts.clone(),
+            offered: match pinned_to {
+                Some(executor) => format!("{} (and the activity may not leave executor {executor})", self.offered),
+                None => self.offered.clone(),
+            },
+        })
+    }
+
+    /// Whether some executor matches `list`.
+    pub fn any_executor_can_run(&self, list: &ContextList) -> bool {
+        self.executors_for(list).next().is_some()
+    }
+
+    /// Whether executor `executor` matches `list`.
+    pub fn executor_can_run(&self, executor: usize, list: &ContextList) -> bool {
+        self.executors_for(list).any(|index| index == executor)
+    }
+
+    /// Executors that match `list`; an executor may appear more than once.
+    pub fn executors_for<'a>(&'a self, list: &'a ContextList) -> impl Iterator<Item = usize> + 'a {
+        list.items().iter().flat_map(move |wanted| {
+            self.by_label
+                .get(wanted.label.index())
+                .into_iter()
+                .flatten()
+                .filter(move |(_, offered)| match (wanted.rank, offered) {
+                    (Some(want), Some(have)) => want.lo <= have.hi && have.lo <= want.hi,
+                    _ => true,
+                })
+                .map(|(index, _)| *index)
+        })
+    }
+}
+
+/// A one-line description of executor contexts, e.g. `[GPU] [site:vu > anywhere]`.
+pub fn describe_executors<'a>(contexts: impl Iterator<Item = &'a ExecutorContext>) -> String {
+    let mut distinct: Vec<String> = Vec::new();
+    for context in contexts {
+        let text = format!("[{context}]");
+        if !distinct.contains(&text) {
+            distinct.push(text);
+        }
+    }
+    if distinct.is_empty() {
+        return "nothing (the pool has no executors)".to_string();
+    }
+    distinct.join(" ")
+}

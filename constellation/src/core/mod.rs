@@ -1,0 +1,585 @@
+//! The scheduler core: a deterministic state machine with no threads, no
+//! clocks and no I/O.
+//!
+//! Drivers (the local thread pool, later the network and the simulator) feed
+//! it inputs — submissions, events, requests for work, completions — and
+//! carry out the [`Action`]s it asks for. Everything that decides *what runs
+//! where* lives here, so every driver schedules the same way and the logic is
+//! tested message by message.
+//!
+//! The core is generic over the activity body `T`: drivers store boxed
+//! activities, tests store plain numbers.
+//!
+//! # Where work waits
+//! - Work submitted from outside waits in the node's shared queues.
+//! - Work an executor submits waits in that executor's own queues; it serves
+//!   them newest-first (depth-first), and other executors steal oldest-first.
+//! - Work that may not be stolen waits in the submitting executor's pinned
+//!   queues, and only that executor runs it.
+//! - An activity that has started stays on its executor: when an event wakes
+//!   it, it goes to that executor's ready queue.
+
+mod matching;
+mod queue;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::context::{ContextList, ExecutorContext};
+use crate::event::Event;
+use crate::id::{ActivityId, NodeId};
+
+pub use matching::{describe_executors, MatchTable};
+use queue::{End, EntryRef, QueueSet};
+
+/// Index of an executor within its node.
+pub type ExecutorIndex = usize;
+
+/// What an activity asks for when a call returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Keep the activity and call `process` when an event arrives.
+    Suspend,
+    /// The activity is done; call `cleanup` and forget it.
+    Finish,
+}
+
+/// Who submitted an activity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The main program or another node: the work goes to the shared queues.
+    Outside,
+    /// An activity running on this executor.
+    Executor(ExecutorIndex),
+}
+
+/// An activity handed to the core.
+#[derive(Debug)]
+pub struct Submission<T> {
+    /// Its id, issued by the submitter.
+    pub id: ActivityId,
+    /// The activity itself; the core only stores it.
+    pub body: T,
+    /// Where it may run.
+    pub contexts: ContextList,
+    /// Whether it may leave the executor (or node) that submitted it.
+    pub stealable: bool,
+}
+
+/// A call an executor should make now.
+#[derive(Debug)]
+pub struct Work<T> {
+    /// Names the activity; hand it back to [`Scheduler::complete`].
+    pub ticket: Ticket,
+    /// The activity, lent to the executor until [`Scheduler::complete`].
+    pub body: T,
+    /// Which call to make.
+    pub call: Call,
+    /// Where the activity may run; drivers record it in traces.
+    pub contexts: ContextList,
+}
+
+/// Names a running activity when its call completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slot: u32,
+    id: ActivityId,
+}
+
+impl Ticket {
+    /// The running activity's id.
+    pub fn id(&self) -> ActivityId {
+        self.id
+    }
+}
+
+/// The call to make on an activity.
+#[derive(Debug)]
+pub enum Call {
+    /// The first call, `initialize`.
+    Initialize,
+    /// `process` with this event.
+    Process(Event),
+}
+
+/// Something the driver must do.
+#[derive(Debug)]
+pub enum Action {
+    /// This idle executor has work now; wake its thread.
+    Wake(ExecutorIndex),
+    /// An event could not be delivered; report it (log it, count it).
+    Undeliverable(Undeliverable),
+    /// Nothing runs and nothing is runnable. If `live` is zero all work is
+    /// done; otherwise `live` activities wait for events that only the
+    /// outside world could still send.
+    Quiescent {
+        /// Activities that still exist (all suspended).
+        live: usize,
+    },
+}
+
+/// An event that reached no activity, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("event from {} to {} was not delivered: {reason}", event.source, event.target)]
+pub struct Undeliverable {
+    /// The event, returned so that nothing is silently lost.
+    pub event: Event,
+    /// Why it was not delivered.
+    pub reason: UndeliverableReason,
+}
+
+/// Why an event was not delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UndeliverableReason {
+    /// No activity with that id exists here: it finished, or never existed.
+    #[error("no such activity (it finished, or never existed)")]
+    NoSuchActivity,
+    /// The activity finished while the event waited in its buffer.
+    #[error("the activity finished before it processed the event")]
+    FinishedFirst,
+}
+
+/// Why a submission was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// No executor in the pool matches the activity's contexts.
+    #[error("no executor can run activity {id}: it needs [{contexts}], executors offer {offered}")]
+    NoSuitableExecutor {
+        /// The refused activity.
+        id: ActivityId,
+        /// What it asked for.
+        contexts: ContextList,
+        /// What the executors offer, for the message.
+        offered: String,
+    },
+    /// An activity with this id already exists (a duplicate from the network).
+    #[error("activity {0} already exists")]
+    DuplicateId(ActivityId),
+}
+
+/// Where a live activity is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting in a queue, never started.
+    Queued,
+    /// A call is in progress on this executor.
+    Running(ExecutorIndex),
+    /// Waiting for events, kept for this executor.
+    Suspended(ExecutorIndex),
+    /// Has events and waits in this executor's ready queue.
+    Ready(ExecutorIndex),
+}
+
+struct Record<T> {
+    id: ActivityId,
+    body: Option<T>,
+    contexts: ContextList,
+    state: State,
+    pending: VecDeque<Event>,
+}
+
+struct SlotEntry<T> {
+    generation: u32,
+    record: Option<Record<T>>,
+}
+
+#[derive(Default)]
+struct ExecutorState {
+    context: ExecutorContext,
+    own: QueueSet,
+    pinned: QueueSet,
+    ready: VecDeque<u32>,
+    idle: bool,
+}
+
+/// Counts that describe the core at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Activities that exist: queued, running, suspended or ready.
+    pub live: usize,
+    /// Activities that were never started.
+    pub queued: usize,
+    /// Activities inside a call.
+    pub running: usize,
+    /// Started activities with events waiting to be processed.
+    pub ready: usize,
+    /// Activities submitted since the core started.
+    pub submitted: u64,
+    /// Activities that finished.
+    pub finished: u64,
+    /// Events delivered to an activity.
+    pub delivered: u64,
+    /// Events that reached no activity.
+    pub undeliverable: u64,
+    /// Activities that one executor took from another executor's queue.
+    pub stolen: u64,
+}
+
+/// The scheduler of one node.
+pub struct Scheduler<T> {
+    node: NodeId,
+    executors: Vec<ExecutorState>,
+    matcher: Arc<MatchTable>,
+    shared: QueueSet,
+    slots: Vec<SlotEntry<T>>,
+    free_slots: Vec<u32>,
+    index: FxHashMap<ActivityId, u32>,
+    next_order: u64,
+    idle_executors: usize,
+    counts: Counts,
+    quiescence_reported: bool,
+    actions: VecDeque<Action>,
+}
+
+impl<T> Scheduler<T> {
+    /// A scheduler for `node` whose executors offer `executors`, indexed as given.
+    pub fn new(node: NodeId, executors: Vec<ExecutorContext>) -> Self {
+        let matcher = Arc::new(MatchTable::new(&executors));
+        Scheduler {
+            node,
+            executors: executors
+                .into_iter()
+                .map(|context| ExecutorState {
+                    context,
+                    ..ExecutorState::default()
+                })
+                .collect(),
+            matcher,
+            shared: QueueSet::default(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            index: FxHashMap::default(),
+            next_order: 0,
+            idle_executors: 0,
+            counts: Counts::default(),
+            quiescence_reported: true,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The node this core schedules for.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The executors' contexts, indexed by executor.
+    pub fn executor_contexts(&self) -> impl Iterator<Item = &ExecutorContext> {
+        self.executors.iter().map(|executor| &executor.context)
+    }
+
+    /// The match table, shared so that submitters can refuse unmatchable
+    /// work at the call site without taking the core.
+    pub fn match_table(&self) -> Arc<MatchTable> {
+        self.matcher.clone()
+    }
+
+    /// Current counts.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Queue entries per label in the shared queues, stale ones included.
+    pub fn shared_queue_lengths(&self) -> Vec<(crate::context::Label, usize)> {
+        self.shared.lengths().collect()
+    }
+
+    /// The next action for the driver, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Accepts an activity. Refuses it if no executor could ever run it, so
+    /// nothing waits forever.
+    pub fn submit(&mut self, origin: Origin, submission: Submission<T>) -> Result<(), SubmitError> {
+        let pinned_to = match origin {
+            Origin::Executor(executor) if !submission.stealable => Some(executor),
+            _ => None,
+        };
+        self.matcher.check(submission.id, &submission.contexts, pinned_to)?;
+        if self.index.contains_key(&submission.id) {
+            return Err(SubmitError::DuplicateId(submission.id));
+        }
+        let slot = self.allocate(Record {
+            id: submission.id,
+            body: Some(submission.body),
+            contexts: submission.contexts,
+            state: State::Queued,
+            pending: VecDeque::new(),
+        });
+        self.index.insert(submission.id, slot);
+        self.counts.live += 1;
+        self.counts.queued += 1;
+        self.counts.submitted += 1;
+        self.quiescence_reported = false;
+        let entry = self.entry_ref(slot);
+        let order = self.next_order;
+        self.next_order += 1;
+        let record = self.slots[slot as usize].record.as_ref().expect("just allocated");
+        let queues = match (origin, pinned_to) {
+            (_, Some(executor)) => &mut self.executors[executor].pinned,
+            (Origin::Executor(executor), None) => &mut self.executors[executor].own,
+            (Origin::Outside, None) => &mut self.shared,
+        };
+        for wanted in record.contexts.items() {
+            queues.push(wanted.label, wanted.sort_rank(), order, entry);
+        }
+        let contexts = record.contexts.clone();
+        self.wake_for(&contexts, pinned_to);
+        Ok(())
+    }
+
+    /// Delivers an event to its activity, buffering it if the activity is
+    /// not started or busy. Returns the event if no such activity exists.
+    pub fn deliver(&mut self, event: Event) -> Result<(), Box<Undeliverable>> {
+        let Some(&slot) = self.index.get(&event.target) else {
+            self.counts.undeliverable += 1;
+            return Err(Box::new(Undeliverable {
+                event,
+                reason: UndeliverableReason::NoSuchActivity,
+            }));
+        };
+        self.counts.delivered += 1;
+        let record = self.slots[slot as usize].record.as_mut().expect("indexed slot is occupied");
+        record.pending.push_back(event);
+        if let State::Suspended(executor) = record.state {
+            record.state = State::Ready(executor);
+            self.counts.ready += 1;
+            self.executors[executor].ready.push_back(slot);
+            self.quiescence_reported = false;
+            self.wake(executor);
+        }
+        Ok(())
+    }
+
+    /// Delivers an event sent from inside an activity; failures become an
+    /// [`Action::Undeliverable`] for the driver to report.
+    pub fn deliver_or_report(&mut self, event: Event) {
+        if let Err(undeliverable) = self.deliver(event) {
+            self.actions.push_back(Action::Undeliverable(*undeliverable));
+        }
+    }
+
+    /// The next call for `executor`, or `None` when it has nothing to do; it
+    /// is then idle and gets an [`Action::Wake`] when work arrives.
+    pub fn next_work(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
+        if let Some(work) = self.next_ready(executor) {
+            return Some(work);
+        }
+        let preference = self.executors[executor].context.preference;
+        for priority in 0..self.executors[executor].context.contexts.len() {
+            let offered = self.executors[executor].context.contexts[priority];
+            let mut taken = self.take_from(QueueOwner::Pinned(executor), &offered, preference, End::Newest);
+            if taken.is_none() {
+                taken = self.take_from(QueueOwner::Own(executor), &offered, preference, End::Newest);
+            }
+            if taken.is_none() {
+                taken = self.take_from(QueueOwner::Shared, &offered, preference, End::Oldest);
+            }
+            let executors = self.executors.len();
+            for step in 1..executors {
+                if taken.is_some() {
+                    break;
+                }
+                let victim = (executor + step) % executors;
+                taken = self.take_from(QueueOwner::Own(victim), &offered, preference, End::Oldest);
+                if taken.is_some() {
+                    self.counts.stolen += 1;
+                }
+            }
+            if let Some(slot) = taken {
+                return Some(self.start(executor, slot));
+            }
+        }
+        if !self.executors[executor].idle {
+            self.executors[executor].idle = true;
+            self.idle_executors += 1;
+        }
+        self.check_quiescence();
+        None
+    }
+
+    /// Takes back an activity after a call and applies its `step`.
+    ///
+    /// On [`Step::Finish`] the activity is forgotten and events still waiting
+    /// for it are reported as undeliverable.
+    pub fn complete(&mut self, ticket: Ticket, body: T, step: Step) {
+        let slot = ticket.slot;
+        let entry = &mut self.slots[slot as usize];
+        let record = entry.record.as_mut().expect("completed activity is in the table");
+        debug_assert_eq!(record.id, ticket.id);
+        let State::Running(executor) = record.state else {
+            panic!("activity {} completed while {:?}", record.id, record.state);
+        };
+        self.counts.running -= 1;
+        match step {
+            Step::Finish => {
+                let record = entry.record.take().expect("checked above");
+                entry.generation = entry.generation.wrapping_add(1);
+                self.free_slots.push(slot);
+                self.index.remove(&record.id);
+                self.counts.live -= 1;
+                self.counts.finished += 1;
+                for event in record.pending {
+                    self.counts.undeliverable += 1;
+                    self.actions.push_back(Action::Undeliverable(Undeliverable {
+                        event,
+                        reason: UndeliverableReason::FinishedFirst,
+                    }));
+                }
+                drop(body);
+            }
+            Step::Suspend => {
+                record.body = Some(body);
+                if record.pending.is_empty() {
+                    record.state = State::Suspended(executor);
+                } else {
+                    record.state = State::Ready(executor);
+                    self.counts.ready += 1;
+                    self.executors[executor].ready.push_back(slot);
+                }
+            }
+        }
+        self.check_quiescence();
+    }
+
+    fn next_ready(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
+        let slot = self.executors[executor].ready.pop_front()?;
+        let record = self.slots[slot as usize].record.as_mut().expect("ready slot is occupied");
+        debug_assert_eq!(record.state, State::Ready(executor));
+        let event = record.pending.pop_front().expect("ready activities have an event");
+        record.state = State::Running(executor);
+        self.counts.ready -= 1;
+        self.counts.running += 1;
+        Some(Work {
+            ticket: Ticket { slot, id: record.id },
+            body: record.body.take().expect("a ready activity is not running"),
+            call: Call::Process(event),
+            contexts: record.contexts.clone(),
+        })
+    }
+
+    fn start(&mut self, executor: ExecutorIndex, slot: u32) -> Work<T> {
+        let record = self.slots[slot as usize].record.as_mut().expect("queued slot is occupied");
+        record.state = State::Running(executor);
+        self.counts.queued -= 1;
+        self.counts.running += 1;
+        Work {
+            ticket: Ticket { slot, id: record.id },
+            body: record.body.take().expect("a queued activity is not running"),
+            call: Call::Initialize,
+            contexts: record.contexts.clone(),
+        }
+    }
+
+    fn take_from(
+        &mut self,
+        owner: QueueOwner,
+        offered: &crate::context::Context,
+        preference: crate::context::Preference,
+        end: End,
+    ) -> Option<u32> {
+        let queues = match owner {
+            QueueOwner::Shared => &mut self.shared,
+            QueueOwner::Own(executor) => &mut self.executors[executor].own,
+            QueueOwner::Pinned(executor) => &mut self.executors[executor].pinned,
+        };
+        let queue = queues.get_mut(offered.label)?;
+        let slots = &self.slots;
+        let live = |entry: EntryRef| {
+            let (slot, generation) = split_entry(entry);
+            let slot_entry = &slots[slot as usize];
+            slot_entry.generation == generation
+                && slot_entry
+                    .record
+                    .as_ref()
+                    .is_some_and(|record| record.state == State::Queued)
+        };
+        queue.take(offered, preference, end, live).map(|entry| split_entry(entry).0)
+    }
+
+    fn allocate(&mut self, record: Record<T>) -> u32 {
+        match self.free_slots.pop() {
+            Some(slot) => {
+                self.slots[slot as usize].record = Some(record);
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 live activities");
+                self.slots.push(SlotEntry {
+                    generation: 0,
+                    record: Some(record),
+                });
+                slot
+            }
+        }
+    }
+
+    fn entry_ref(&self, slot: u32) -> EntryRef {
+        (u64::from(slot) << 32) | u64::from(self.slots[slot as usize].generation)
+    }
+
+    /// Wakes one idle executor that can run an activity with `contexts`: the
+    /// one it is pinned to, or else the best match for its list.
+    fn wake_for(&mut self, contexts: &ContextList, pinned_to: Option<ExecutorIndex>) {
+        if self.idle_executors == 0 {
+            return;
+        }
+        if let Some(executor) = pinned_to {
+            self.wake(executor);
+            return;
+        }
+        // `executors_for` walks the activity's contexts in order, so for a
+        // priority list the first idle hit matches the earliest context it can.
+        let candidate = self
+            .matcher
+            .executors_for(contexts)
+            .find(|&executor| self.executors[executor].idle);
+        if let Some(executor) = candidate {
+            self.wake(executor);
+        }
+    }
+
+    fn wake(&mut self, executor: ExecutorIndex) {
+        let state = &mut self.executors[executor];
+        if state.idle {
+            state.idle = false;
+            self.idle_executors -= 1;
+            self.actions.push_back(Action::Wake(executor));
+        }
+    }
+
+    fn check_quiescence(&mut self) {
+        let counts = &self.counts;
+        if !self.quiescence_reported && counts.running == 0 && counts.queued == 0 && counts.ready == 0 {
+            self.quiescence_reported = true;
+            self.actions.push_back(Action::Quiescent { live: counts.live });
+        }
+    }
+
+    /// Ids of activities that are suspended, for reporting a stall. At most `limit`.
+    pub fn suspended_ids(&self, limit: usize) -> Vec<ActivityId> {
+        self.slots
+            .iter()
+            .filter_map(|entry| entry.record.as_ref())
+            .filter(|record| matches!(record.state, State::Suspended(_)))
+            .map(|record| record.id)
+            .take(limit)
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum QueueOwner {
+    Shared,
+    Own(ExecutorIndex),
+    Pinned(ExecutorIndex),
+}
+
+fn split_entry(entry: EntryRef) -> (u32, u32) {
+    ((entry >> 32) as u32, entry as u32)
+}
+
+#[cfg(test)]
+mod tests;

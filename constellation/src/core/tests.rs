@@ -1,0 +1,302 @@
+//! The core driven message by message, with plain strings as activity bodies.
+
+use super::*;
+use crate::context::{Context, ContextList, ExecutorContext, Preference};
+use crate::id::IdIssuer;
+
+struct Harness {
+    core: Scheduler<&'static str>,
+    ids: IdIssuer,
+}
+
+impl Harness {
+    fn new(executors: &[&str]) -> Self {
+        let node = NodeId::from_u128(7);
+        let contexts = executors.iter().map(|text| text.parse().unwrap()).collect();
+        Harness {
+            core: Scheduler::new(node, contexts),
+            ids: IdIssuer::new(node, 0),
+        }
+    }
+
+    fn with_contexts(executors: Vec<ExecutorContext>) -> Self {
+        let node = NodeId::from_u128(7);
+        Harness {
+            core: Scheduler::new(node, executors),
+            ids: IdIssuer::new(node, 0),
+        }
+    }
+
+    fn submit_as(&mut self, origin: Origin, body: &'static str, contexts: &str, stealable: bool) -> ActivityId {
+        let id = self.ids.issue();
+        let contexts: ContextList = contexts.parse().unwrap();
+        self.core
+            .submit(origin, Submission { id, body, contexts, stealable })
+            .unwrap();
+        id
+    }
+
+    fn submit(&mut self, body: &'static str, contexts: &str) -> ActivityId {
+        self.submit_as(Origin::Outside, body, contexts, true)
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.core.poll_action()).collect()
+    }
+
+    /// Runs executor `executor` until it is idle, finishing every activity at
+    /// once, and returns the bodies in the order it ran them.
+    fn drain(&mut self, executor: usize) -> Vec<&'static str> {
+        let mut order = Vec::new();
+        while let Some(work) = self.core.next_work(executor) {
+            order.push(work.body);
+            self.core.complete(work.ticket, work.body, Step::Finish);
+        }
+        order
+    }
+}
+
+fn event(from: ActivityId, to: ActivityId, value: u32) -> Event {
+    Event::new(from, to, value)
+}
+
+#[test]
+fn outside_work_runs_oldest_first_and_terminates() {
+    let mut h = Harness::new(&["anywhere"]);
+    h.submit("a", "anywhere");
+    h.submit("b", "anywhere");
+    assert_eq!(h.drain(0), ["a", "b"]);
+    let counts = h.core.counts();
+    assert_eq!((counts.live, counts.finished), (0, 2));
+    assert!(matches!(h.actions().last(), Some(Action::Quiescent { live: 0 })));
+}
+
+#[test]
+fn unmatchable_work_is_refused_not_queued() {
+    let mut h = Harness::new(&["CPU", "CPU"]);
+    let id = h.ids.issue();
+    let err = h
+        .core
+        .submit(
+            Origin::Outside,
+            Submission { id, body: "x", contexts: "GPU".parse().unwrap(), stealable: true },
+        )
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, SubmitError::NoSuitableExecutor { .. }));
+    assert!(message.contains("GPU") && message.contains("[CPU]"), "{message}");
+    assert_eq!(h.core.counts().live, 0);
+}
+
+#[test]
+fn pinned_work_must_match_its_own_executor() {
+    let mut h = Harness::new(&["CPU", "GPU"]);
+    let id = h.ids.issue();
+    let refused = h.core.submit(
+        Origin::Executor(0),
+        Submission { id, body: "gpu-buffer", contexts: "GPU".parse().unwrap(), stealable: false },
+    );
+    assert!(refused.unwrap_err().to_string().contains("may not leave executor 0"));
+}
+
+#[test]
+fn idle_executor_is_woken_only_by_work_it_can_run() {
+    let mut h = Harness::new(&["CPU", "GPU"]);
+    assert!(h.core.next_work(0).is_none());
+    assert!(h.core.next_work(1).is_none());
+    h.actions();
+    h.submit("kernel", "GPU");
+    assert!(matches!(h.actions()[..], [Action::Wake(1)]));
+    assert!(h.core.next_work(0).is_none(), "a CPU executor must not run GPU work");
+    assert_eq!(h.drain(1), ["kernel"]);
+}
+
+#[test]
+fn idle_executors_steal_oldest_work_from_busy_ones() {
+    let mut h = Harness::new(&["anywhere", "anywhere"]);
+    h.submit("root", "anywhere");
+    let root = h.core.next_work(0).unwrap();
+    assert!(h.core.next_work(1).is_none());
+    for child in ["c1", "c2", "c3"] {
+        h.submit_as(Origin::Executor(0), child, "anywhere", true);
+    }
+    // Executor 1 was idle: the first child woke it.
+    assert!(h.actions().iter().any(|a| matches!(a, Action::Wake(1))));
+    let stolen = h.core.next_work(1).unwrap();
+    assert_eq!(stolen.body, "c1", "thieves take the oldest");
+    assert_eq!(h.core.counts().stolen, 1);
+    h.core.complete(root.ticket, root.body, Step::Finish);
+    assert_eq!(h.core.next_work(0).unwrap().body, "c3", "owners take their newest");
+}
+
+#[test]
+fn unstealable_work_stays_with_its_executor() {
+    let mut h = Harness::new(&["anywhere", "anywhere"]);
+    h.submit("root", "anywhere");
+    let root = h.core.next_work(0).unwrap();
+    h.submit_as(Origin::Executor(0), "stays", "anywhere", false);
+    assert!(h.core.next_work(1).is_none());
+    h.core.complete(root.ticket, root.body, Step::Finish);
+    assert_eq!(h.drain(0), ["stays"]);
+}
+
+#[test]
+fn suspended_activity_resumes_on_its_executor_with_each_event() {
+    let mut h = Harness::new(&["anywhere", "anywhere"]);
+    let waiter = h.submit("waiter", "anywhere");
+    let outside = h.ids.issue();
+    let work = h.core.next_work(1).unwrap();
+    h.core.complete(work.ticket, work.body, Step::Suspend);
+    assert!(h.core.next_work(0).is_none());
+    assert!(h.core.next_work(1).is_none());
+    h.actions();
+
+    h.core.deliver(event(outside, waiter, 1)).unwrap();
+    h.core.deliver(event(outside, waiter, 2)).unwrap();
+    assert!(matches!(h.actions()[..], [Action::Wake(1)]), "the owner is woken, once");
+    assert!(h.core.next_work(0).is_none(), "a started activity does not move");
+
+    let first = h.core.next_work(1).unwrap();
+    let Call::Process(e) = first.call else { panic!("expected an event") };
+    assert_eq!(e.take::<u32>().unwrap(), 1);
+    h.core.complete(first.ticket, first.body, Step::Suspend);
+    let second = h.core.next_work(1).unwrap();
+    let Call::Process(e) = second.call else { panic!("expected an event") };
+    assert_eq!(e.take::<u32>().unwrap(), 2);
+    h.core.complete(second.ticket, second.body, Step::Finish);
+    assert_eq!(h.core.counts().live, 0);
+}
+
+#[test]
+fn events_for_unstarted_or_running_activities_are_buffered() {
+    let mut h = Harness::new(&["anywhere"]);
+    let target = h.submit("target", "anywhere");
+    let outside = h.ids.issue();
+    h.core.deliver(event(outside, target, 10)).unwrap();
+    let init = h.core.next_work(0).unwrap();
+    assert!(matches!(init.call, Call::Initialize), "initialize always comes first");
+    h.core.deliver(event(outside, target, 11)).unwrap();
+    h.core.complete(init.ticket, init.body, Step::Suspend);
+    let mut seen = Vec::new();
+    while let Some(work) = h.core.next_work(0) {
+        let Call::Process(e) = work.call else { panic!("expected an event") };
+        seen.push(e.take::<u32>().unwrap());
+        h.core.complete(work.ticket, work.body, Step::Suspend);
+    }
+    assert_eq!(seen, [10, 11]);
+}
+
+#[test]
+fn events_to_missing_or_finished_activities_are_reported() {
+    let mut h = Harness::new(&["anywhere"]);
+    let outside = h.ids.issue();
+    let nobody = h.ids.issue();
+    let err = h.core.deliver(event(outside, nobody, 1)).unwrap_err();
+    assert_eq!(err.reason, UndeliverableReason::NoSuchActivity);
+    assert_eq!(err.event.target, nobody, "the event comes back, not dropped");
+
+    let target = h.submit("short-lived", "anywhere");
+    let work = h.core.next_work(0).unwrap();
+    h.core.deliver(event(outside, target, 2)).unwrap();
+    h.core.complete(work.ticket, work.body, Step::Finish);
+    let reported: Vec<_> = h
+        .actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Undeliverable(u) => Some(u.reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reported, [UndeliverableReason::FinishedFirst]);
+    assert_eq!(h.core.counts().undeliverable, 2);
+}
+
+#[test]
+fn quiescence_with_suspended_work_reports_them_live() {
+    let mut h = Harness::new(&["anywhere"]);
+    let id = h.submit("forever", "anywhere");
+    let work = h.core.next_work(0).unwrap();
+    h.core.complete(work.ticket, work.body, Step::Suspend);
+    assert!(h.core.next_work(0).is_none());
+    assert!(h.actions().iter().any(|a| matches!(a, Action::Quiescent { live: 1 })));
+    assert_eq!(h.core.suspended_ids(10), [id]);
+}
+
+#[test]
+fn executor_priority_runs_local_work_before_the_fallback() {
+    let mut h = Harness::new(&["site:vu,anywhere"]);
+    h.submit("any-1", "anywhere");
+    h.submit("vu-1", "site:vu");
+    h.submit("any-2", "anywhere");
+    h.submit("vu-2", "site:vu");
+    assert_eq!(h.drain(0), ["vu-1", "vu-2", "any-1", "any-2"]);
+}
+
+#[test]
+fn location_lists_run_only_at_listed_sites() {
+    let mut h = Harness::new(&["site:lu", "site:vu", "site:uva"]);
+    h.submit("pair-1", "site:vu|site:uva");
+    h.submit("pair-2", "site:vu|site:uva");
+    assert!(h.drain(0).is_empty(), "site:lu holds no copy");
+    let vu = h.core.next_work(1).unwrap();
+    assert_eq!(h.drain(2), ["pair-2"]);
+    assert_eq!(vu.body, "pair-1");
+}
+
+#[test]
+fn any_of_entries_go_stale_once_taken_elsewhere() {
+    let mut h = Harness::new(&["a", "b"]);
+    h.submit("both", "a|b");
+    assert_eq!(h.drain(0), ["both"]);
+    assert!(h.drain(1).is_empty(), "the copy under label b is stale");
+}
+
+#[test]
+fn rank_preferences_decide_execution_order() {
+    let cases = [
+        (Preference::Biggest, ["r9", "r7", "r5", "r3", "r1"]),
+        (Preference::Smallest, ["r1", "r3", "r5", "r7", "r9"]),
+        (Preference::Range(4, 8), ["r5", "r7", "r1", "r3", "r9"]),
+    ];
+    for (preference, expected) in cases {
+        let exec = ExecutorContext::new([Context::new("size")]).with_preference(preference);
+        let mut h = Harness::with_contexts(vec![exec]);
+        for (body, rank) in [("r5", 5), ("r1", 1), ("r9", 9), ("r3", 3), ("r7", 7)] {
+            h.submit(body, &format!("size={rank}"));
+        }
+        assert_eq!(h.drain(0), expected, "{preference:?}");
+    }
+}
+
+#[test]
+fn priority_lists_wake_the_best_matching_idle_executor() {
+    let mut h = Harness::new(&["CPU", "GPU"]);
+    h.core.next_work(0);
+    h.core.next_work(1);
+    h.actions();
+    h.submit("step-7.2", "GPU>CPU");
+    assert!(matches!(h.actions()[..], [Action::Wake(1)]));
+}
+
+#[test]
+fn duplicate_ids_are_refused() {
+    let mut h = Harness::new(&["anywhere"]);
+    let id = h.submit("once", "anywhere");
+    let again = h.core.submit(
+        Origin::Outside,
+        Submission { id, body: "twice", contexts: ContextList::anywhere(), stealable: true },
+    );
+    assert_eq!(again.unwrap_err(), SubmitError::DuplicateId(id));
+}
+
+#[test]
+fn slots_are_reused_without_confusing_old_queue_entries() {
+    let mut h = Harness::new(&["a", "b"]);
+    h.submit("first", "a|b");
+    assert_eq!(h.drain(0), ["first"]);
+    // The freed slot is reused; the stale `b` entry of `first` must not
+    // hand out the new occupant through the wrong label.
+    h.submit("second", "a");
+    assert!(h.drain(1).is_empty());
+    assert_eq!(h.drain(0), ["second"]);
+}

@@ -1,0 +1,22 @@
+//! The Constellation model and runtime.
+//!
+//! Applications are graphs of [activities](activity::Activity) that talk
+//! through [events](event::Event). Activities and executors carry
+//! [contexts](context): labels such as `GPU` or `site:vu`, with optional
+//! ranks. An idle executor takes work whose context matches its own — from
+//! its own queue, from the node's shared queue, or by stealing from another
+//! executor. This is context-aware work stealing, after Maassen et al.,
+//! "Towards Jungle Computing with Ibis/Constellation" (2011).
+//!
+//! The scheduling logic is one deterministic state machine,
+//! [`core::Scheduler`], with no threads or I/O. Drivers feed it:
+//! [`local`] runs executor threads inside one process.
+
+pub mod context;
+pub mod core;
+pub mod event;
+pub mod id;
+
+pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
+pub use event::{Event, Payload, PayloadError};
+pub use id::{ActivityId, NodeId};
