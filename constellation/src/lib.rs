@@ -1,22 +1,32 @@
 //! The Constellation model and runtime.
 //!
-//! Applications are graphs of [activities](activity::Activity) that talk
-//! through [events](event::Event). Activities and executors carry
-//! [contexts](context): labels such as `GPU` or `site:vu`, with optional
-//! ranks. An idle executor takes work whose context matches its own — from
-//! its own queue, from the node's shared queue, or by stealing from another
-//! executor. This is context-aware work stealing, after Maassen et al.,
-//! "Towards Jungle Computing with Ibis/Constellation" (2011).
+//! Applications are graphs of [activities](Activity) that talk through
+//! [events](Event). Activities and executors carry [contexts](context):
+//! labels such as `GPU` or `site:vu`, with optional ranks. An idle executor
+//! takes work whose context matches its own — from its own queue, from the
+//! node's shared queue, or by stealing from another executor. This is
+//! context-aware work stealing, after Maassen et al., "Towards Jungle
+//! Computing with Ibis/Constellation" (2011).
 //!
 //! The scheduling logic is one deterministic state machine,
-//! [`core::Scheduler`], with no threads or I/O. Drivers feed it:
-//! [`local`] runs executor threads inside one process.
+//! [`core::Scheduler`], with no threads or I/O. Drivers feed it: [`local`]
+//! runs executor threads inside one process.
+//!
+//! Start with [`Pool`] and the example in [`local`].
 
+pub mod activity;
+pub mod collect;
 pub mod context;
 pub mod core;
 pub mod event;
 pub mod id;
+pub mod local;
+pub mod trace;
+pub mod wire;
 
+pub use activity::{Activity, ActivityCx};
 pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
+pub use core::{Step, SubmitError};
 pub use event::{Event, Payload, PayloadError};
 pub use id::{ActivityId, NodeId};
+pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};

@@ -46,6 +46,15 @@ pub enum Step {
     Finish,
 }
 
+/// What a finished call hands back to the core.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// The activity waits for events; the core keeps it until one arrives.
+    Suspend(T),
+    /// The activity is done (the driver has already run its cleanup).
+    Finish,
+}
+
 /// Who submitted an activity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -400,11 +409,11 @@ impl<T> Scheduler<T> {
         None
     }
 
-    /// Takes back an activity after a call and applies its `step`.
+    /// Takes back an activity after a call.
     ///
-    /// On [`Step::Finish`] the activity is forgotten and events still waiting
-    /// for it are reported as undeliverable.
-    pub fn complete(&mut self, ticket: Ticket, body: T, step: Step) {
+    /// On [`Outcome::Finish`] the activity is forgotten and events still
+    /// waiting for it are reported as undeliverable.
+    pub fn complete(&mut self, ticket: Ticket, outcome: Outcome<T>) {
         let slot = ticket.slot;
         let entry = &mut self.slots[slot as usize];
         let record = entry.record.as_mut().expect("completed activity is in the table");
@@ -413,8 +422,8 @@ impl<T> Scheduler<T> {
             panic!("activity {} completed while {:?}", record.id, record.state);
         };
         self.counts.running -= 1;
-        match step {
-            Step::Finish => {
+        match outcome {
+            Outcome::Finish => {
                 let record = entry.record.take().expect("checked above");
                 entry.generation = entry.generation.wrapping_add(1);
                 self.free_slots.push(slot);
@@ -428,9 +437,8 @@ impl<T> Scheduler<T> {
                         reason: UndeliverableReason::FinishedFirst,
                     }));
                 }
-                drop(body);
             }
-            Step::Suspend => {
+            Outcome::Suspend(body) => {
                 record.body = Some(body);
                 if record.pending.is_empty() {
                     record.state = State::Suspended(executor);
@@ -551,11 +559,16 @@ impl<T> Scheduler<T> {
     }
 
     fn check_quiescence(&mut self) {
-        let counts = &self.counts;
-        if !self.quiescence_reported && counts.running == 0 && counts.queued == 0 && counts.ready == 0 {
+        if !self.quiescence_reported && self.is_quiescent() {
             self.quiescence_reported = true;
-            self.actions.push_back(Action::Quiescent { live: counts.live });
+            self.actions.push_back(Action::Quiescent { live: self.counts.live });
         }
+    }
+
+    /// Whether nothing runs and nothing is runnable.
+    pub fn is_quiescent(&self) -> bool {
+        let counts = &self.counts;
+        counts.running == 0 && counts.queued == 0 && counts.ready == 0
     }
 
     /// Ids of activities that are suspended, for reporting a stall. At most `limit`.

@@ -50,7 +50,7 @@ impl Harness {
         let mut order = Vec::new();
         while let Some(work) = self.core.next_work(executor) {
             order.push(work.body);
-            self.core.complete(work.ticket, work.body, Step::Finish);
+            self.core.complete(work.ticket, Outcome::Finish);
         }
         order
     }
@@ -125,7 +125,7 @@ fn idle_executors_steal_oldest_work_from_busy_ones() {
     let stolen = h.core.next_work(1).unwrap();
     assert_eq!(stolen.body, "c1", "thieves take the oldest");
     assert_eq!(h.core.counts().stolen, 1);
-    h.core.complete(root.ticket, root.body, Step::Finish);
+    h.core.complete(root.ticket, Outcome::Finish);
     assert_eq!(h.core.next_work(0).unwrap().body, "c3", "owners take their newest");
 }
 
@@ -136,7 +136,7 @@ fn unstealable_work_stays_with_its_executor() {
     let root = h.core.next_work(0).unwrap();
     h.submit_as(Origin::Executor(0), "stays", "anywhere", false);
     assert!(h.core.next_work(1).is_none());
-    h.core.complete(root.ticket, root.body, Step::Finish);
+    h.core.complete(root.ticket, Outcome::Finish);
     assert_eq!(h.drain(0), ["stays"]);
 }
 
@@ -146,7 +146,7 @@ fn suspended_activity_resumes_on_its_executor_with_each_event() {
     let waiter = h.submit("waiter", "anywhere");
     let outside = h.ids.issue();
     let work = h.core.next_work(1).unwrap();
-    h.core.complete(work.ticket, work.body, Step::Suspend);
+    h.core.complete(work.ticket, Outcome::Suspend(work.body));
     assert!(h.core.next_work(0).is_none());
     assert!(h.core.next_work(1).is_none());
     h.actions();
@@ -159,11 +159,11 @@ fn suspended_activity_resumes_on_its_executor_with_each_event() {
     let first = h.core.next_work(1).unwrap();
     let Call::Process(e) = first.call else { panic!("expected an event") };
     assert_eq!(e.take::<u32>().unwrap(), 1);
-    h.core.complete(first.ticket, first.body, Step::Suspend);
+    h.core.complete(first.ticket, Outcome::Suspend(first.body));
     let second = h.core.next_work(1).unwrap();
     let Call::Process(e) = second.call else { panic!("expected an event") };
     assert_eq!(e.take::<u32>().unwrap(), 2);
-    h.core.complete(second.ticket, second.body, Step::Finish);
+    h.core.complete(second.ticket, Outcome::Finish);
     assert_eq!(h.core.counts().live, 0);
 }
 
@@ -176,12 +176,12 @@ fn events_for_unstarted_or_running_activities_are_buffered() {
     let init = h.core.next_work(0).unwrap();
     assert!(matches!(init.call, Call::Initialize), "initialize always comes first");
     h.core.deliver(event(outside, target, 11)).unwrap();
-    h.core.complete(init.ticket, init.body, Step::Suspend);
+    h.core.complete(init.ticket, Outcome::Suspend(init.body));
     let mut seen = Vec::new();
     while let Some(work) = h.core.next_work(0) {
         let Call::Process(e) = work.call else { panic!("expected an event") };
         seen.push(e.take::<u32>().unwrap());
-        h.core.complete(work.ticket, work.body, Step::Suspend);
+        h.core.complete(work.ticket, Outcome::Suspend(work.body));
     }
     assert_eq!(seen, [10, 11]);
 }
@@ -198,7 +198,7 @@ fn events_to_missing_or_finished_activities_are_reported() {
     let target = h.submit("short-lived", "anywhere");
     let work = h.core.next_work(0).unwrap();
     h.core.deliver(event(outside, target, 2)).unwrap();
-    h.core.complete(work.ticket, work.body, Step::Finish);
+    h.core.complete(work.ticket, Outcome::Finish);
     let reported: Vec<_> = h
         .actions()
         .into_iter()
@@ -216,7 +216,7 @@ fn quiescence_with_suspended_work_reports_them_live() {
     let mut h = Harness::new(&["anywhere"]);
     let id = h.submit("forever", "anywhere");
     let work = h.core.next_work(0).unwrap();
-    h.core.complete(work.ticket, work.body, Step::Suspend);
+    h.core.complete(work.ticket, Outcome::Suspend(work.body));
     assert!(h.core.next_work(0).is_none());
     assert!(h.actions().iter().any(|a| matches!(a, Action::Quiescent { live: 1 })));
     assert_eq!(h.core.suspended_ids(10), [id]);

@@ -1,0 +1,165 @@
+//! Collectors: activities that let a main program wait for results.
+//!
+//! Submit a collector, give its id to the activities that produce results,
+//! then wait on its [`Results`] handle. A collector never leaves its node:
+//! the handle is shared memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+
+use crate::activity::{Activity, ActivityCx};
+use crate::core::Step;
+use crate::event::Event;
+
+#[derive(Default)]
+struct Mailbox {
+    state: Mutex<MailboxState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct MailboxState {
+    events: Vec<Event>,
+    complete: bool,
+    /// The collector was dropped before it had all its events.
+    abandoned: bool,
+}
+
+/// Why waiting on a collector ended without all its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CollectError {
+    /// The collector was dropped (its pool shut down) before enough events arrived.
+    #[error("the collector was shut down after {received} of {expected} events")]
+    Abandoned {
+        /// Events that did arrive.
+        received: usize,
+        /// Events the collector waited for.
+        expected: usize,
+    },
+    /// The deadline passed first.
+    #[error("timed out after {received} of {expected} events")]
+    TimedOut {
+        /// Events that did arrive.
+        received: usize,
+        /// Events the collector waited for.
+        expected: usize,
+    },
+}
+
+/// The main program's end of a collector.
+pub struct Results {
+    mailbox: Arc<Mailbox>,
+    expected: usize,
+}
+
+impl Results {
+    /// Blocks until all expected events arrived; returns them in arrival order.
+    pub fn wait(&self) -> Result<Vec<Event>, CollectError> {
+        self.wait_until(None)
+    }
+
+    /// Like [`wait`](Self::wait), but gives up after `timeout`.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<Vec<Event>, CollectError> {
+        self.wait_until(Some(Instant::now() + timeout))
+    }
+
+    /// Blocks until the one expected event arrived.
+    pub fn wait_one(&self) -> Result<Event, CollectError> {
+        Ok(self.wait()?.remove(0))
+    }
+
+    fn wait_until(&self, deadline: Option<Instant>) -> Result<Vec<Event>, CollectError> {
+        let mut state = self.mailbox.state.lock();
+        loop {
+            if state.complete {
+                return Ok(std::mem::take(&mut state.events));
+            }
+            let received = state.events.len();
+            let expected = self.expected;
+            if state.abandoned {
+                return Err(CollectError::Abandoned { received, expected });
+            }
+            match deadline {
+                None => self.mailbox.changed.wait(&mut state),
+                Some(deadline) => {
+                    if self.mailbox.changed.wait_until(&mut state, deadline).timed_out() {
+                        return Err(CollectError::TimedOut { received, expected });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An activity that waits for `expected` events, hands them to a
+/// [`Results`] handle and finishes.
+#[derive(Serialize, Deserialize)]
+pub struct MultiEventCollector {
+    expected: usize,
+    #[serde(skip)]
+    mailbox: Arc<Mailbox>,
+}
+
+impl MultiEventCollector {
+    /// A collector for `expected` events and the handle to wait on.
+    pub fn new(expected: usize) -> (Self, Results) {
+        let mailbox = Arc::new(Mailbox::default());
+        let results = Results {
+            mailbox: mailbox.clone(),
+            expected,
+        };
+        (MultiEventCollector { expected, mailbox }, results)
+    }
+
+    fn step(&self) -> Step {
+        let mut state = self.mailbox.state.lock();
+        if state.events.len() >= self.expected {
+            state.complete = true;
+            self.mailbox.changed.notify_all();
+            Step::Finish
+        } else {
+            Step::Suspend
+        }
+    }
+}
+
+#[typetag::serde]
+impl Activity for MultiEventCollector {
+    fn may_be_stolen(&self) -> bool {
+        false
+    }
+
+    fn initialize(&mut self, _cx: &mut ActivityCx<'_>) -> Step {
+        self.step()
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, event: Event) -> Step {
+        self.mailbox.state.lock().events.push(event);
+        self.step()
+    }
+}
+
+impl Drop for MultiEventCollector {
+    fn drop(&mut self) {
+        let mut state = self.mailbox.state.lock();
+        if !state.complete {
+            state.abandoned = true;
+            self.mailbox.changed.notify_all();
+        }
+    }
+}
+
+/// A collector for exactly one event, e.g. the result of a whole computation.
+pub struct SingleEventCollector;
+
+impl SingleEventCollector {
+    /// The collector activity and the handle whose
+    /// [`wait_one`](Results::wait_one) returns the event.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> (MultiEventCollector, Results) {
+        MultiEventCollector::new(1)
+    }
+}
