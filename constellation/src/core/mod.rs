@@ -373,6 +373,11 @@ impl<T> Scheduler<T> {
     /// The next call for `executor`, or `None` when it has nothing to do; it
     /// is then idle and gets an [`Action::Wake`] when work arrives.
     pub fn next_work(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
+        if self.executors[executor].idle {
+            // Asking again means the executor is awake, however it was woken.
+            self.executors[executor].idle = false;
+            self.idle_executors -= 1;
+        }
         if let Some(work) = self.next_ready(executor) {
             return Some(work);
         }

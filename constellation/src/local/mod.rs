@@ -37,11 +37,16 @@
 //! lock once per call: it hands back the activity it just ran, with the
 //! children it submitted and the events it sent, and receives its next call
 //! in the same critical section.
+//!
+//! Submissions from outside go to an inbox instead, so a main program that
+//! submits in a loop does not fight the executors for the scheduler: busy
+//! executors move the inbox into the scheduler when they next hold it, and
+//! the submitter moves it itself only when some executor is idle.
 
 mod park;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -107,6 +112,10 @@ impl PoolBuilder {
             core: Mutex::new(core),
             matcher,
             parkers: OnceLock::new(),
+            inbox: Mutex::new(Vec::new()),
+            inbox_pending: AtomicBool::new(false),
+            idle_executors: AtomicUsize::new(0),
+            outside_ids: AtomicU64::new(0),
             quiescence: Mutex::new(()),
             quiescent: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -127,13 +136,10 @@ impl PoolBuilder {
         if shared.parkers.set(parkers).is_err() {
             unreachable!("parkers are set once, here");
         }
-        let mut outside_ids = IdIssuer::new(node, 0);
-        let address = outside_ids.issue();
         Ok(Pool {
+            address: shared.issue_outside_id(),
             shared,
             threads,
-            outside_ids: Mutex::new(outside_ids),
-            address,
         })
     }
 }
@@ -188,6 +194,13 @@ struct Shared {
     matcher: Arc<MatchTable>,
     /// Set once by `start`, after the threads exist.
     parkers: OnceLock<Vec<Parker>>,
+    /// Submissions from outside that the scheduler has not seen yet.
+    inbox: Mutex<Vec<Submission<Box<dyn Activity>>>>,
+    inbox_pending: AtomicBool,
+    /// Executors that found no work and wait (or are about to).
+    idle_executors: AtomicUsize,
+    /// Sequence numbers of ids issued from outside (issuer slot 0).
+    outside_ids: AtomicU64,
     quiescence: Mutex<()>,
     quiescent: Condvar,
     shutdown: AtomicBool,
@@ -204,6 +217,26 @@ impl Shared {
                 return parkers;
             }
             std::thread::yield_now();
+        }
+    }
+
+    fn issue_outside_id(&self) -> ActivityId {
+        // Slot 0 of the id space: sequence numbers below 2^48.
+        ActivityId::new(self.node, self.outside_ids.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Moves outside submissions into the scheduler. Called with the core held.
+    fn drain_inbox(&self, core: &mut Scheduler<Box<dyn Activity>>) {
+        if !self.inbox_pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let batch = std::mem::take(&mut *self.inbox.lock());
+        for submission in batch {
+            let id = submission.id;
+            // Matchability was checked at `Pool::submit`; ids are fresh.
+            if let Err(error) = core.submit(Origin::Outside, submission) {
+                tracing::error!(%id, %error, "submission refused by the scheduler");
+            }
         }
     }
 
@@ -233,7 +266,6 @@ impl Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<Vec<TraceRecord>>>,
-    outside_ids: Mutex<IdIssuer>,
     address: ActivityId,
 }
 
@@ -261,20 +293,29 @@ impl Pool {
 
     /// [`submit`](Self::submit) for an activity that is already boxed.
     pub fn submit_boxed(&self, activity: Box<dyn Activity>) -> Result<ActivityId, SubmitError> {
-        let id = self.outside_ids.lock().issue();
+        let shared = &self.shared;
+        let id = shared.issue_outside_id();
+        let contexts = activity.context();
+        shared.matcher.check(id, &contexts, None)?;
         let submission = Submission {
             id,
-            contexts: activity.context(),
+            contexts,
             stealable: activity.may_be_stolen(),
             body: activity,
         };
-        let mut actions = Vec::new();
-        {
-            let mut core = self.shared.core.lock();
-            core.submit(Origin::Outside, submission)?;
-            actions.extend(std::iter::from_fn(|| core.poll_action()));
+        shared.inbox.lock().push(submission);
+        shared.inbox_pending.store(true, Ordering::SeqCst);
+        // Pairs with the executor's announce-then-recheck in `executor_main`:
+        // either it sees the inbox, or we see it idle and hand the work over.
+        if shared.idle_executors.load(Ordering::SeqCst) > 0 {
+            let mut actions = Vec::new();
+            {
+                let mut core = shared.core.lock();
+                shared.drain_inbox(&mut core);
+                actions.extend(std::iter::from_fn(|| core.poll_action()));
+            }
+            shared.perform(&mut actions);
         }
-        self.shared.perform(&mut actions);
         Ok(id)
     }
 
@@ -284,6 +325,8 @@ impl Pool {
         let mut actions = Vec::new();
         let delivered = {
             let mut core = self.shared.core.lock();
+            // The target may still be in the inbox.
+            self.shared.drain_inbox(&mut core);
             let delivered = core.deliver(Event::new(self.address, target, value));
             actions.extend(std::iter::from_fn(|| core.poll_action()));
             delivered
@@ -294,7 +337,9 @@ impl Pool {
 
     /// The scheduler's counts right now.
     pub fn counts(&self) -> Counts {
-        self.shared.core.lock().counts()
+        let mut core = self.shared.core.lock();
+        self.shared.drain_inbox(&mut core);
+        core.counts()
     }
 
     /// Waits until all work is finished, then stops the executors.
@@ -304,7 +349,21 @@ impl Pool {
     pub fn done(mut self) -> Result<RunSummary, DoneError> {
         {
             let mut guard = self.shared.quiescence.lock();
-            while !self.shared.core.lock().is_quiescent() {
+            loop {
+                let mut actions = Vec::new();
+                let quiescent = {
+                    let mut core = self.shared.core.lock();
+                    self.shared.drain_inbox(&mut core);
+                    actions.extend(std::iter::from_fn(|| core.poll_action()));
+                    core.is_quiescent()
+                };
+                if quiescent {
+                    break;
+                }
+                // A quiescence notice would take the lock this loop holds,
+                // and the loop checks quiescence itself.
+                actions.retain(|action| !matches!(action, Action::Quiescent { .. }));
+                self.shared.perform(&mut actions);
                 self.shared.quiescent.wait(&mut guard);
             }
         }
@@ -360,6 +419,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
     loop {
         let work = {
             let mut core = shared.core.lock();
+            shared.drain_inbox(&mut core);
             for submission in outbox.submitted.drain(..) {
                 let id = submission.id;
                 // `ActivityCx::submit` already refused unmatchable work, so
@@ -374,7 +434,17 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             if let Some((ticket, outcome)) = finished.take() {
                 core.complete(ticket, outcome);
             }
-            let work = core.next_work(index);
+            let mut work = core.next_work(index);
+            while work.is_none() {
+                // Announce idleness, then look at the inbox once more; see `Pool::submit_boxed`.
+                shared.idle_executors.fetch_add(1, Ordering::SeqCst);
+                if !shared.inbox_pending.load(Ordering::SeqCst) {
+                    break;
+                }
+                shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
+                shared.drain_inbox(&mut core);
+                work = core.next_work(index);
+            }
             actions.extend(std::iter::from_fn(|| core.poll_action()));
             work
         };
@@ -388,6 +458,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
                     return trace;
                 }
                 shared.parkers()[index].wait();
+                shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
                 if shared.shutdown.load(Ordering::Acquire) {
                     return trace;
                 }

@@ -1,0 +1,123 @@
+//! The benchmarks behind `scripts/bench.sh`. Each prints one JSON line:
+//! `{"bench":NAME,"value":X,"unit":U,"higher_is_better":B}`.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use constellation::collect::{MultiEventCollector, SingleEventCollector};
+use constellation::core::{Origin, Scheduler, Submission};
+use constellation::id::IdIssuer;
+use constellation::{Activity, ContextList, ExecutorContext, NodeId, Pool};
+use constellation_workloads::{fib_activities, Fib, Player, Trivial};
+
+const NAMES: [&str; 4] = ["local_spawn", "local_fib", "local_pingpong", "queued_bytes"];
+
+fn main() -> Result<()> {
+    let requested: Vec<String> = std::env::args().skip(1).collect();
+    let selected: Vec<&str> = if requested.is_empty() {
+        NAMES.to_vec()
+    } else {
+        for name in &requested {
+            if !NAMES.contains(&name.as_str()) {
+                bail!("unknown benchmark {name:?}; known: {}", NAMES.join(", "));
+            }
+        }
+        requested.iter().map(String::as_str).collect()
+    };
+    for name in selected {
+        let (value, unit, higher_is_better) = match name {
+            "local_spawn" => (local_spawn(1_000_000)?, "activities/s", true),
+            "local_fib" => (local_fib(30)?, "activities/s", true),
+            "local_pingpong" => (local_pingpong(1_000_000)?, "events/s", true),
+            "queued_bytes" => (queued_bytes(1_000_000)?, "bytes/activity", false),
+            _ => unreachable!("checked above"),
+        };
+        println!(r#"{{"bench":"{name}","value":{value:.1},"unit":"{unit}","higher_is_better":{higher_is_better}}}"#);
+    }
+    Ok(())
+}
+
+/// `count` trivial activities submitted one by one from outside, 2 executors, until `done()`.
+fn local_spawn(count: u64) -> Result<f64> {
+    let pool = Pool::builder().executors(2).start()?;
+    let started = Instant::now();
+    for _ in 0..count {
+        pool.submit(Trivial)?;
+    }
+    let summary = pool.done()?;
+    let seconds = started.elapsed().as_secs_f64();
+    if summary.counts.finished != count {
+        bail!("only {} of {count} activities finished", summary.counts.finished);
+    }
+    Ok(count as f64 / seconds)
+}
+
+/// fib(n) by divide and conquer on 2 executors.
+fn local_fib(n: u32) -> Result<f64> {
+    let pool = Pool::builder().executors(2).start()?;
+    let started = Instant::now();
+    let (collector, result) = SingleEventCollector::new();
+    let parent = pool.submit(collector)?;
+    pool.submit(Fib::new(n, parent))?;
+    result.wait_one()?;
+    pool.done()?;
+    Ok(fib_activities(n) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `rounds` events bounced between two activities pinned to different executors.
+fn local_pingpong(rounds: u64) -> Result<f64> {
+    // The collector runs `anywhere`; only the ping executor offers that.
+    let ping: ExecutorContext = "ping,anywhere".parse()?;
+    let pong: ExecutorContext = "pong".parse()?;
+    let pool = Pool::builder().executor(ping).executor(pong).start()?;
+    let (collector, results) = MultiEventCollector::new(2);
+    let done = pool.submit(collector)?;
+    let receiver = pool.submit(Player::receiver("ping".parse()?, done))?;
+    let started = Instant::now();
+    pool.submit(Player::server("pong".parse()?, receiver, rounds, done))?;
+    let executors: Vec<u64> = results
+        .wait()?
+        .into_iter()
+        .map(|e| e.take::<u64>())
+        .collect::<Result<_, _>>()?;
+    let seconds = started.elapsed().as_secs_f64();
+    pool.done()?;
+    if executors.len() != 2 || executors[0] == executors[1] {
+        bail!("the players did not run on two executors: {executors:?}");
+    }
+    // The serve plus one reply per count down to zero.
+    Ok((rounds + 1) as f64 / seconds)
+}
+
+/// Resident bytes per queued trivial activity, with `count` queued in a
+/// scheduler whose executors are not taking work.
+fn queued_bytes(count: usize) -> Result<f64> {
+    let node = NodeId::random();
+    let mut ids = IdIssuer::new(node, 0);
+    let mut core: Scheduler<Box<dyn Activity>> = Scheduler::new(node, vec![ExecutorContext::anywhere(); 2]);
+    let before = resident_bytes()?;
+    for _ in 0..count {
+        let submission = Submission {
+            id: ids.issue(),
+            body: Box::new(Trivial) as Box<dyn Activity>,
+            contexts: ContextList::anywhere(),
+            stealable: true,
+        };
+        core.submit(Origin::Outside, submission)?;
+    }
+    let after = resident_bytes()?;
+    if core.counts().queued != count {
+        bail!("expected {count} queued, found {}", core.counts().queued);
+    }
+    Ok((after - before) as f64 / count as f64)
+}
+
+fn resident_bytes() -> Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("unexpected /proc/self/statm: {statm}"))?
+        .parse()?;
+    Ok(pages * 4096)
+}
