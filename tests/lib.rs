@@ -122,7 +122,8 @@ impl Activity for ForkJoin {
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
         let me = cx.id();
         for i in 0..self.children {
-            cx.submit(Square { x: i, reply_to: me }).expect("squares run anywhere");
+            cx.submit(Square { x: i, reply_to: me })
+                .expect("squares run anywhere");
         }
         if self.children == 0 {
             cx.send(self.parent, 0u64);
@@ -281,20 +282,37 @@ impl Activity for Player {
 /// A shared gate: activities that wait on it hold their executor until the
 /// test opens it, so the test can queue work before anything is taken.
 #[derive(Default, Clone)]
-pub struct Gate(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+pub struct Gate(Arc<(std::sync::Mutex<GateState>, std::sync::Condvar)>);
+
+#[derive(Default)]
+struct GateState {
+    open: bool,
+    waiting: usize,
+}
 
 impl Gate {
+    /// Blocks until `count` activities are waiting at the gate.
+    pub fn until_waiting(&self, count: usize) {
+        let (state, changed) = &*self.0;
+        let mut guard = state.lock().expect("gate lock");
+        while guard.waiting < count {
+            guard = changed.wait(guard).expect("gate lock");
+        }
+    }
+
     /// Lets every waiter through.
     pub fn open(&self) {
-        let (open, changed) = &*self.0;
-        *open.lock().expect("gate lock") = true;
+        let (state, changed) = &*self.0;
+        state.lock().expect("gate lock").open = true;
         changed.notify_all();
     }
 
     fn wait(&self) {
-        let (open, changed) = &*self.0;
-        let mut guard = open.lock().expect("gate lock");
-        while !*guard {
+        let (state, changed) = &*self.0;
+        let mut guard = state.lock().expect("gate lock");
+        guard.waiting += 1;
+        changed.notify_all();
+        while !guard.open {
             guard = changed.wait(guard).expect("gate lock");
         }
     }

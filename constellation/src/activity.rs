@@ -1,7 +1,7 @@
 //! The [`Activity`] trait and the [`ActivityCx`] it is called with.
 
 use crate::context::{ContextList, ExecutorContext};
-use crate::core::{MatchTable, Step, SubmitError, Submission};
+use crate::core::{MatchTable, Step, Submission, SubmitError};
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer};
 

@@ -85,7 +85,12 @@ impl Results {
             match deadline {
                 None => self.mailbox.changed.wait(&mut state),
                 Some(deadline) => {
-                    if self.mailbox.changed.wait_until(&mut state, deadline).timed_out() {
+                    if self
+                        .mailbox
+                        .changed
+                        .wait_until(&mut state, deadline)
+                        .timed_out()
+                    {
                         return Err(CollectError::TimedOut { received, expected });
                     }
                 }

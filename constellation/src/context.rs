@@ -74,7 +74,10 @@ impl Label {
     /// # Panics
     /// If no label with that index was interned.
     pub(crate) fn from_index(index: usize) -> Label {
-        assert!(index < interner().read().names.len(), "label index {index} was never interned");
+        assert!(
+            index < interner().read().names.len(),
+            "label index {index} was never interned"
+        );
         Label(index as u32)
     }
 }
@@ -250,7 +253,10 @@ impl FromStr for Context {
             }
         } else if let Some((lo, hi)) = rank.split_once("..") {
             let hi = number(hi)?.checked_sub(1).ok_or_else(bad)?;
-            RankRange { lo: number(lo)?, hi }
+            RankRange {
+                lo: number(lo)?,
+                hi,
+            }
         } else {
             RankRange::single(number(rank)?)
         };
@@ -493,9 +499,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_context_text_with_a_reason() {
-        assert!(matches!("".parse::<Context>(), Err(ContextParseError::EmptyLabel(_))));
-        assert!(matches!("size=big".parse::<Context>(), Err(ContextParseError::BadRank { .. })));
-        assert!(matches!("size=9..=3".parse::<Context>(), Err(ContextParseError::EmptyRange(_))));
+        assert!(matches!(
+            "".parse::<Context>(),
+            Err(ContextParseError::EmptyLabel(_))
+        ));
+        assert!(matches!(
+            "size=big".parse::<Context>(),
+            Err(ContextParseError::BadRank { .. })
+        ));
+        assert!(matches!(
+            "size=9..=3".parse::<Context>(),
+            Err(ContextParseError::EmptyRange(_))
+        ));
         let message = "size=big".parse::<Context>().unwrap_err().to_string();
         assert!(message.contains("expected a number"), "{message}");
     }
@@ -508,7 +523,10 @@ mod tests {
         let job = Context::new("size").with_rank(812);
         assert!(job.matches(&Context::new("size").with_range(500, 1000)));
         assert!(!job.matches(&Context::new("size").with_range(0, 500)));
-        assert!(job.matches(&Context::new("size")), "an unranked offer takes any rank");
+        assert!(
+            job.matches(&Context::new("size")),
+            "an unranked offer takes any rank"
+        );
         assert!(Context::new("size").matches(&Context::new("size").with_range(0, 5)));
     }
 
@@ -527,9 +545,15 @@ mod tests {
     #[test]
     fn executor_priority_is_the_first_matching_context() {
         let exec: ExecutorContext = "site:vu,anywhere".parse().unwrap();
-        assert_eq!(exec.priority_of(&ContextList::single(Context::new("site:vu"))), Some(0));
+        assert_eq!(
+            exec.priority_of(&ContextList::single(Context::new("site:vu"))),
+            Some(0)
+        );
         assert_eq!(exec.priority_of(&ContextList::anywhere()), Some(1));
-        assert_eq!(exec.priority_of(&ContextList::single(Context::new("GPU"))), None);
+        assert_eq!(
+            exec.priority_of(&ContextList::single(Context::new("GPU"))),
+            None
+        );
     }
 
     #[test]

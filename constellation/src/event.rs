@@ -234,7 +234,10 @@ mod tests {
         let bytes = rmp_serde::to_vec(&wire).unwrap();
         let back: Event = rmp_serde::from_slice::<WireEvent>(&bytes).unwrap().into();
         assert_eq!(back.target, b);
-        assert_eq!(back.take::<(String, u64)>().unwrap(), ("pair-7".into(), 812));
+        assert_eq!(
+            back.take::<(String, u64)>().unwrap(),
+            ("pair-7".into(), 812)
+        );
     }
 
     #[test]

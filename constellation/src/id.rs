@@ -123,7 +123,10 @@ impl IdIssuer {
     /// # Panics
     /// After 2^48 ids from one issuer, which no run reaches.
     pub fn issue(&mut self) -> ActivityId {
-        assert!(self.next < self.end, "activity id space of one issuer exhausted");
+        assert!(
+            self.next < self.end,
+            "activity id space of one issuer exhausted"
+        );
         let id = ActivityId::new(self.node, self.next);
         self.next += 1;
         id

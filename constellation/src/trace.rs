@@ -49,7 +49,10 @@ pub struct TraceRecord {
 }
 
 /// Writes records as CSV with a header: `activity,executor,labels,call,end,start_ns,end_ns`.
-pub fn write_csv<'a>(out: &mut impl Write, records: impl IntoIterator<Item = &'a TraceRecord>) -> io::Result<()> {
+pub fn write_csv<'a>(
+    out: &mut impl Write,
+    records: impl IntoIterator<Item = &'a TraceRecord>,
+) -> io::Result<()> {
     writeln!(out, "activity,executor,labels,call,end,start_ns,end_ns")?;
     for record in records {
         writeln!(

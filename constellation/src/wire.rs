@@ -47,7 +47,9 @@ pub fn decode_activity(bytes: &[u8]) -> Result<Box<dyn Activity>, WireError> {
             .and_then(|map| map.into_keys().next());
         let reason = error.to_string();
         match name {
-            Some(name) if reason.contains("unknown variant") => WireError::UnknownActivityType { name },
+            Some(name) if reason.contains("unknown variant") => {
+                WireError::UnknownActivityType { name }
+            }
             name => WireError::Malformed { name, reason },
         }
     })

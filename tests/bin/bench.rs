@@ -1,5 +1,7 @@
 //! The benchmarks behind `scripts/bench.sh`. Each prints one JSON line:
-//! `{"bench":NAME,"value":X,"unit":U,"higher_is_better":B}`.
+//! `{"bench":NAME,"value":X,"unit":U,"higher_is_better":B}`, where the value
+//! is the median of `BENCH_RUNS` runs (default 5); every run's figure goes to
+//! stderr.
 
 use std::time::Instant;
 
@@ -24,15 +26,36 @@ fn main() -> Result<()> {
         }
         requested.iter().map(String::as_str).collect()
     };
-    for name in selected {
-        let (value, unit, higher_is_better) = match name {
-            "local_spawn" => (local_spawn(1_000_000)?, "activities/s", true),
-            "local_fib" => (local_fib(30)?, "activities/s", true),
-            "local_pingpong" => (local_pingpong(1_000_000)?, "events/s", true),
-            "queued_bytes" => (queued_bytes(1_000_000)?, "bytes/activity", false),
-            _ => unreachable!("checked above"),
+    let runs: usize =
+        match std::env::var("BENCH_RUNS") {
+            Ok(text) => text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                anyhow::anyhow!("BENCH_RUNS must be a positive number, not {text:?}")
+            })?,
+            Err(_) => 5,
         };
-        println!(r#"{{"bench":"{name}","value":{value:.1},"unit":"{unit}","higher_is_better":{higher_is_better}}}"#);
+    for name in selected {
+        let mut values = Vec::with_capacity(runs);
+        let mut unit_and_direction = ("", true);
+        for run in 1..=runs {
+            let (value, unit, higher_is_better) = match name {
+                "local_spawn" => (local_spawn(1_000_000)?, "activities/s", true),
+                "local_fib" => (local_fib(30)?, "activities/s", true),
+                "local_pingpong" => (local_pingpong(1_000_000)?, "events/s", true),
+                // Memory is only meaningful in a fresh heap: one run per process.
+                "queued_bytes" if run == 1 => (queued_bytes(1_000_000)?, "bytes/activity", false),
+                "queued_bytes" => break,
+                _ => unreachable!("checked above"),
+            };
+            eprintln!("{name} run {run}: {value:.1} {unit}");
+            values.push(value);
+            unit_and_direction = (unit, higher_is_better);
+        }
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        let (unit, higher_is_better) = unit_and_direction;
+        println!(
+            r#"{{"bench":"{name}","value":{median:.1},"unit":"{unit}","higher_is_better":{higher_is_better}}}"#
+        );
     }
     Ok(())
 }
@@ -47,7 +70,10 @@ fn local_spawn(count: u64) -> Result<f64> {
     let summary = pool.done()?;
     let seconds = started.elapsed().as_secs_f64();
     if summary.counts.finished != count {
-        bail!("only {} of {count} activities finished", summary.counts.finished);
+        bail!(
+            "only {} of {count} activities finished",
+            summary.counts.finished
+        );
     }
     Ok(count as f64 / seconds)
 }
@@ -94,7 +120,8 @@ fn local_pingpong(rounds: u64) -> Result<f64> {
 fn queued_bytes(count: usize) -> Result<f64> {
     let node = NodeId::random();
     let mut ids = IdIssuer::new(node, 0);
-    let mut core: Scheduler<Box<dyn Activity>> = Scheduler::new(node, vec![ExecutorContext::anywhere(); 2]);
+    let mut core: Scheduler<Box<dyn Activity>> =
+        Scheduler::new(node, vec![ExecutorContext::anywhere(); 2]);
     let before = resident_bytes()?;
     for _ in 0..count {
         let submission = Submission {

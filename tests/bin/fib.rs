@@ -53,11 +53,16 @@ fn main() -> Result<()> {
         summary.counts.stolen
     );
     if let Some(path) = args.trace {
-        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let mut out = std::io::BufWriter::new(file);
         constellation::trace::write_csv(&mut out, &summary.trace)
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("trace: {} calls written to {}", summary.trace.len(), path.display());
+        println!(
+            "trace: {} calls written to {}",
+            summary.trace.len(),
+            path.display()
+        );
     }
     Ok(())
 }

@@ -54,7 +54,10 @@ impl MatchTable {
             id,
             contexts: contexts.clone(),
             offered: match pinned_to {
-                Some(executor) => format!("{} (and the activity may not leave executor {executor})", self.offered),
+                Some(executor) => format!(
+                    "{} (and the activity may not leave executor {executor})",
+                    self.offered
+                ),
                 None => self.offered.clone(),
             },
         })

@@ -306,7 +306,8 @@ impl<T> Scheduler<T> {
             Origin::Executor(executor) if !submission.stealable => Some(executor),
             _ => None,
         };
-        self.matcher.check(submission.id, &submission.contexts, pinned_to)?;
+        self.matcher
+            .check(submission.id, &submission.contexts, pinned_to)?;
         if self.index.contains_key(&submission.id) {
             return Err(SubmitError::DuplicateId(submission.id));
         }
@@ -325,7 +326,10 @@ impl<T> Scheduler<T> {
         let entry = self.entry_ref(slot);
         let order = self.next_order;
         self.next_order += 1;
-        let record = self.slots[slot as usize].record.as_ref().expect("just allocated");
+        let record = self.slots[slot as usize]
+            .record
+            .as_ref()
+            .expect("just allocated");
         let queues = match (origin, pinned_to) {
             (_, Some(executor)) => &mut self.executors[executor].pinned,
             (Origin::Executor(executor), None) => &mut self.executors[executor].own,
@@ -350,7 +354,10 @@ impl<T> Scheduler<T> {
             }));
         };
         self.counts.delivered += 1;
-        let record = self.slots[slot as usize].record.as_mut().expect("indexed slot is occupied");
+        let record = self.slots[slot as usize]
+            .record
+            .as_mut()
+            .expect("indexed slot is occupied");
         record.pending.push_back(event);
         if let State::Suspended(executor) = record.state {
             record.state = State::Ready(executor);
@@ -366,7 +373,8 @@ impl<T> Scheduler<T> {
     /// [`Action::Undeliverable`] for the driver to report.
     pub fn deliver_or_report(&mut self, event: Event) {
         if let Err(undeliverable) = self.deliver(event) {
-            self.actions.push_back(Action::Undeliverable(*undeliverable));
+            self.actions
+                .push_back(Action::Undeliverable(*undeliverable));
         }
     }
 
@@ -384,9 +392,15 @@ impl<T> Scheduler<T> {
         let preference = self.executors[executor].context.preference;
         for priority in 0..self.executors[executor].context.contexts.len() {
             let offered = self.executors[executor].context.contexts[priority];
-            let mut taken = self.take_from(QueueOwner::Pinned(executor), &offered, preference, End::Newest);
+            let mut taken = self.take_from(
+                QueueOwner::Pinned(executor),
+                &offered,
+                preference,
+                End::Newest,
+            );
             if taken.is_none() {
-                taken = self.take_from(QueueOwner::Own(executor), &offered, preference, End::Newest);
+                taken =
+                    self.take_from(QueueOwner::Own(executor), &offered, preference, End::Newest);
             }
             if taken.is_none() {
                 taken = self.take_from(QueueOwner::Shared, &offered, preference, End::Oldest);
@@ -421,7 +435,10 @@ impl<T> Scheduler<T> {
     pub fn complete(&mut self, ticket: Ticket, outcome: Outcome<T>) {
         let slot = ticket.slot;
         let entry = &mut self.slots[slot as usize];
-        let record = entry.record.as_mut().expect("completed activity is in the table");
+        let record = entry
+            .record
+            .as_mut()
+            .expect("completed activity is in the table");
         debug_assert_eq!(record.id, ticket.id);
         let State::Running(executor) = record.state else {
             panic!("activity {} completed while {:?}", record.id, record.state);
@@ -459,14 +476,23 @@ impl<T> Scheduler<T> {
 
     fn next_ready(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
         let slot = self.executors[executor].ready.pop_front()?;
-        let record = self.slots[slot as usize].record.as_mut().expect("ready slot is occupied");
+        let record = self.slots[slot as usize]
+            .record
+            .as_mut()
+            .expect("ready slot is occupied");
         debug_assert_eq!(record.state, State::Ready(executor));
-        let event = record.pending.pop_front().expect("ready activities have an event");
+        let event = record
+            .pending
+            .pop_front()
+            .expect("ready activities have an event");
         record.state = State::Running(executor);
         self.counts.ready -= 1;
         self.counts.running += 1;
         Some(Work {
-            ticket: Ticket { slot, id: record.id },
+            ticket: Ticket {
+                slot,
+                id: record.id,
+            },
             body: record.body.take().expect("a ready activity is not running"),
             call: Call::Process(event),
             contexts: record.contexts.clone(),
@@ -474,13 +500,22 @@ impl<T> Scheduler<T> {
     }
 
     fn start(&mut self, executor: ExecutorIndex, slot: u32) -> Work<T> {
-        let record = self.slots[slot as usize].record.as_mut().expect("queued slot is occupied");
+        let record = self.slots[slot as usize]
+            .record
+            .as_mut()
+            .expect("queued slot is occupied");
         record.state = State::Running(executor);
         self.counts.queued -= 1;
         self.counts.running += 1;
         Work {
-            ticket: Ticket { slot, id: record.id },
-            body: record.body.take().expect("a queued activity is not running"),
+            ticket: Ticket {
+                slot,
+                id: record.id,
+            },
+            body: record
+                .body
+                .take()
+                .expect("a queued activity is not running"),
             call: Call::Initialize,
             contexts: record.contexts.clone(),
         }
@@ -509,7 +544,9 @@ impl<T> Scheduler<T> {
                     .as_ref()
                     .is_some_and(|record| record.state == State::Queued)
         };
-        queue.take(offered, preference, end, live).map(|entry| split_entry(entry).0)
+        queue
+            .take(offered, preference, end, live)
+            .map(|entry| split_entry(entry).0)
     }
 
     fn allocate(&mut self, record: Record<T>) -> u32 {
@@ -519,7 +556,8 @@ impl<T> Scheduler<T> {
                 slot
             }
             None => {
-                let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 live activities");
+                let slot =
+                    u32::try_from(self.slots.len()).expect("fewer than 2^32 live activities");
                 self.slots.push(SlotEntry {
                     generation: 0,
                     record: Some(record),
@@ -566,7 +604,9 @@ impl<T> Scheduler<T> {
     fn check_quiescence(&mut self) {
         if !self.quiescence_reported && self.is_quiescent() {
             self.quiescence_reported = true;
-            self.actions.push_back(Action::Quiescent { live: self.counts.live });
+            self.actions.push_back(Action::Quiescent {
+                live: self.counts.live,
+            });
         }
     }
 

@@ -99,7 +99,11 @@ impl LabelQueue {
         self.take_ranked(allowed, end == End::Newest, &mut live)
     }
 
-    fn take_unranked(&mut self, end: End, live: &mut impl FnMut(EntryRef) -> bool) -> Option<EntryRef> {
+    fn take_unranked(
+        &mut self,
+        end: End,
+        live: &mut impl FnMut(EntryRef) -> bool,
+    ) -> Option<EntryRef> {
         loop {
             let entry = match end {
                 End::Newest => self.unranked.pop_back()?,
@@ -170,7 +174,12 @@ fn label_from_index(index: usize) -> Label {
 mod tests {
     use super::*;
 
-    fn drain(queue: &mut LabelQueue, offered: &Context, pref: Preference, end: End) -> Vec<EntryRef> {
+    fn drain(
+        queue: &mut LabelQueue,
+        offered: &Context,
+        pref: Preference,
+        end: End,
+    ) -> Vec<EntryRef> {
         std::iter::from_fn(|| queue.take(offered, pref, end, |_| true)).collect()
     }
 
@@ -185,10 +194,21 @@ mod tests {
     #[test]
     fn preferences_order_by_rank() {
         let any = Context::new("size");
-        assert_eq!(drain(&mut ranked_queue(), &any, Preference::Biggest, End::Oldest), [9, 7, 5, 3, 1]);
-        assert_eq!(drain(&mut ranked_queue(), &any, Preference::Smallest, End::Oldest), [1, 3, 5, 7, 9]);
         assert_eq!(
-            drain(&mut ranked_queue(), &any, Preference::Range(3, 6), End::Oldest),
+            drain(&mut ranked_queue(), &any, Preference::Biggest, End::Oldest),
+            [9, 7, 5, 3, 1]
+        );
+        assert_eq!(
+            drain(&mut ranked_queue(), &any, Preference::Smallest, End::Oldest),
+            [1, 3, 5, 7, 9]
+        );
+        assert_eq!(
+            drain(
+                &mut ranked_queue(),
+                &any,
+                Preference::Range(3, 6),
+                End::Oldest
+            ),
             [3, 5, 1, 7, 9]
         );
     }
@@ -196,7 +216,15 @@ mod tests {
     #[test]
     fn offered_range_restricts_what_is_taken() {
         let small = Context::new("size").with_range(0, 4);
-        assert_eq!(drain(&mut ranked_queue(), &small, Preference::Biggest, End::Oldest), [3, 1]);
+        assert_eq!(
+            drain(
+                &mut ranked_queue(),
+                &small,
+                Preference::Biggest,
+                End::Oldest
+            ),
+            [3, 1]
+        );
     }
 
     #[test]
@@ -206,8 +234,14 @@ mod tests {
             queue.push(None, entry, entry);
         }
         let offered = Context::new("x");
-        assert_eq!(queue.take(&offered, Preference::Any, End::Newest, |_| true), Some(3));
-        assert_eq!(queue.take(&offered, Preference::Any, End::Oldest, |_| true), Some(0));
+        assert_eq!(
+            queue.take(&offered, Preference::Any, End::Newest, |_| true),
+            Some(3)
+        );
+        assert_eq!(
+            queue.take(&offered, Preference::Any, End::Oldest, |_| true),
+            Some(0)
+        );
     }
 
     #[test]

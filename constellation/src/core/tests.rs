@@ -27,11 +27,25 @@ impl Harness {
         }
     }
 
-    fn submit_as(&mut self, origin: Origin, body: &'static str, contexts: &str, stealable: bool) -> ActivityId {
+    fn submit_as(
+        &mut self,
+        origin: Origin,
+        body: &'static str,
+        contexts: &str,
+        stealable: bool,
+    ) -> ActivityId {
         let id = self.ids.issue();
         let contexts: ContextList = contexts.parse().unwrap();
         self.core
-            .submit(origin, Submission { id, body, contexts, stealable })
+            .submit(
+                origin,
+                Submission {
+                    id,
+                    body,
+                    contexts,
+                    stealable,
+                },
+            )
             .unwrap();
         id
     }
@@ -68,7 +82,10 @@ fn outside_work_runs_oldest_first_and_terminates() {
     assert_eq!(h.drain(0), ["a", "b"]);
     let counts = h.core.counts();
     assert_eq!((counts.live, counts.finished), (0, 2));
-    assert!(matches!(h.actions().last(), Some(Action::Quiescent { live: 0 })));
+    assert!(matches!(
+        h.actions().last(),
+        Some(Action::Quiescent { live: 0 })
+    ));
 }
 
 #[test]
@@ -79,12 +96,20 @@ fn unmatchable_work_is_refused_not_queued() {
         .core
         .submit(
             Origin::Outside,
-            Submission { id, body: "x", contexts: "GPU".parse().unwrap(), stealable: true },
+            Submission {
+                id,
+                body: "x",
+                contexts: "GPU".parse().unwrap(),
+                stealable: true,
+            },
         )
         .unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, SubmitError::NoSuitableExecutor { .. }));
-    assert!(message.contains("GPU") && message.contains("[CPU]"), "{message}");
+    assert!(
+        message.contains("GPU") && message.contains("[CPU]"),
+        "{message}"
+    );
     assert_eq!(h.core.counts().live, 0);
 }
 
@@ -94,9 +119,17 @@ fn pinned_work_must_match_its_own_executor() {
     let id = h.ids.issue();
     let refused = h.core.submit(
         Origin::Executor(0),
-        Submission { id, body: "gpu-buffer", contexts: "GPU".parse().unwrap(), stealable: false },
+        Submission {
+            id,
+            body: "gpu-buffer",
+            contexts: "GPU".parse().unwrap(),
+            stealable: false,
+        },
     );
-    assert!(refused.unwrap_err().to_string().contains("may not leave executor 0"));
+    assert!(refused
+        .unwrap_err()
+        .to_string()
+        .contains("may not leave executor 0"));
 }
 
 #[test]
@@ -107,7 +140,10 @@ fn idle_executor_is_woken_only_by_work_it_can_run() {
     h.actions();
     h.submit("kernel", "GPU");
     assert!(matches!(h.actions()[..], [Action::Wake(1)]));
-    assert!(h.core.next_work(0).is_none(), "a CPU executor must not run GPU work");
+    assert!(
+        h.core.next_work(0).is_none(),
+        "a CPU executor must not run GPU work"
+    );
     assert_eq!(h.drain(1), ["kernel"]);
 }
 
@@ -126,7 +162,11 @@ fn idle_executors_steal_oldest_work_from_busy_ones() {
     assert_eq!(stolen.body, "c1", "thieves take the oldest");
     assert_eq!(h.core.counts().stolen, 1);
     h.core.complete(root.ticket, Outcome::Finish);
-    assert_eq!(h.core.next_work(0).unwrap().body, "c3", "owners take their newest");
+    assert_eq!(
+        h.core.next_work(0).unwrap().body,
+        "c3",
+        "owners take their newest"
+    );
 }
 
 #[test]
@@ -153,15 +193,25 @@ fn suspended_activity_resumes_on_its_executor_with_each_event() {
 
     h.core.deliver(event(outside, waiter, 1)).unwrap();
     h.core.deliver(event(outside, waiter, 2)).unwrap();
-    assert!(matches!(h.actions()[..], [Action::Wake(1)]), "the owner is woken, once");
-    assert!(h.core.next_work(0).is_none(), "a started activity does not move");
+    assert!(
+        matches!(h.actions()[..], [Action::Wake(1)]),
+        "the owner is woken, once"
+    );
+    assert!(
+        h.core.next_work(0).is_none(),
+        "a started activity does not move"
+    );
 
     let first = h.core.next_work(1).unwrap();
-    let Call::Process(e) = first.call else { panic!("expected an event") };
+    let Call::Process(e) = first.call else {
+        panic!("expected an event")
+    };
     assert_eq!(e.take::<u32>().unwrap(), 1);
     h.core.complete(first.ticket, Outcome::Suspend(first.body));
     let second = h.core.next_work(1).unwrap();
-    let Call::Process(e) = second.call else { panic!("expected an event") };
+    let Call::Process(e) = second.call else {
+        panic!("expected an event")
+    };
     assert_eq!(e.take::<u32>().unwrap(), 2);
     h.core.complete(second.ticket, Outcome::Finish);
     assert_eq!(h.core.counts().live, 0);
@@ -174,12 +224,17 @@ fn events_for_unstarted_or_running_activities_are_buffered() {
     let outside = h.ids.issue();
     h.core.deliver(event(outside, target, 10)).unwrap();
     let init = h.core.next_work(0).unwrap();
-    assert!(matches!(init.call, Call::Initialize), "initialize always comes first");
+    assert!(
+        matches!(init.call, Call::Initialize),
+        "initialize always comes first"
+    );
     h.core.deliver(event(outside, target, 11)).unwrap();
     h.core.complete(init.ticket, Outcome::Suspend(init.body));
     let mut seen = Vec::new();
     while let Some(work) = h.core.next_work(0) {
-        let Call::Process(e) = work.call else { panic!("expected an event") };
+        let Call::Process(e) = work.call else {
+            panic!("expected an event")
+        };
         seen.push(e.take::<u32>().unwrap());
         h.core.complete(work.ticket, Outcome::Suspend(work.body));
     }
@@ -193,7 +248,10 @@ fn events_to_missing_or_finished_activities_are_reported() {
     let nobody = h.ids.issue();
     let err = h.core.deliver(event(outside, nobody, 1)).unwrap_err();
     assert_eq!(err.reason, UndeliverableReason::NoSuchActivity);
-    assert_eq!(err.event.target, nobody, "the event comes back, not dropped");
+    assert_eq!(
+        err.event.target, nobody,
+        "the event comes back, not dropped"
+    );
 
     let target = h.submit("short-lived", "anywhere");
     let work = h.core.next_work(0).unwrap();
@@ -218,7 +276,10 @@ fn quiescence_with_suspended_work_reports_them_live() {
     let work = h.core.next_work(0).unwrap();
     h.core.complete(work.ticket, Outcome::Suspend(work.body));
     assert!(h.core.next_work(0).is_none());
-    assert!(h.actions().iter().any(|a| matches!(a, Action::Quiescent { live: 1 })));
+    assert!(h
+        .actions()
+        .iter()
+        .any(|a| matches!(a, Action::Quiescent { live: 1 })));
     assert_eq!(h.core.suspended_ids(10), [id]);
 }
 
@@ -284,7 +345,12 @@ fn duplicate_ids_are_refused() {
     let id = h.submit("once", "anywhere");
     let again = h.core.submit(
         Origin::Outside,
-        Submission { id, body: "twice", contexts: ContextList::anywhere(), stealable: true },
+        Submission {
+            id,
+            body: "twice",
+            contexts: ContextList::anywhere(),
+            stealable: true,
+        },
     );
     assert_eq!(again.unwrap_err(), SubmitError::DuplicateId(id));
 }

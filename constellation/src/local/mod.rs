@@ -56,8 +56,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::activity::{Activity, ActivityCx, Outbox};
 use crate::context::ExecutorContext;
 use crate::core::{
-    Action, Call, Counts, MatchTable, Origin, Outcome, Scheduler, Step, SubmitError, Submission, Ticket,
-    Undeliverable, Work,
+    Action, Call, Counts, MatchTable, Origin, Outcome, Scheduler, Step, Submission, SubmitError,
+    Ticket, Undeliverable, Work,
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
@@ -132,7 +132,10 @@ impl PoolBuilder {
                 .map_err(PoolError::Spawn)?;
             threads.push(thread);
         }
-        let parkers = threads.iter().map(|t| Parker::new(t.thread().clone())).collect();
+        let parkers = threads
+            .iter()
+            .map(|t| Parker::new(t.thread().clone()))
+            .collect();
         if shared.parkers.set(parkers).is_err() {
             unreachable!("parkers are set once, here");
         }
@@ -321,7 +324,11 @@ impl Pool {
 
     /// Sends `value` to activity `target` from the main program. Fails,
     /// returning the event, if no such activity exists.
-    pub fn send<T: PayloadValue>(&self, target: ActivityId, value: T) -> Result<(), Box<Undeliverable>> {
+    pub fn send<T: PayloadValue>(
+        &self,
+        target: ActivityId,
+        value: T,
+    ) -> Result<(), Box<Undeliverable>> {
         let mut actions = Vec::new();
         let delivered = {
             let mut core = self.shared.core.lock();
@@ -452,7 +459,17 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             shared.perform(&mut actions);
         }
         match work {
-            Some(work) => finished = Some(run_call(&shared, index, &context, &mut ids, &mut outbox, work, &mut trace)),
+            Some(work) => {
+                finished = Some(run_call(
+                    &shared,
+                    index,
+                    &context,
+                    &mut ids,
+                    &mut outbox,
+                    work,
+                    &mut trace,
+                ))
+            }
             None => {
                 if shared.shutdown.load(Ordering::Acquire) {
                     return trace;

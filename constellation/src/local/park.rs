@@ -50,7 +50,7 @@ impl Parker {
                 return;
             }
             spins += 1;
-            if spins % 64 == 0 && Instant::now() >= spin_until {
+            if spins.is_multiple_of(64) && Instant::now() >= spin_until {
                 break;
             }
             std::hint::spin_loop();

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Benchmarks of the embedded runtime. Prints one JSON object per line:
+#   {"bench":NAME,"value":X,"unit":U,"higher_is_better":B}
+# The value is the median of BENCH_RUNS runs (default 5); each run goes to stderr.
+#
+# Usage: scripts/bench.sh [NAME...]
+#   local_spawn     1,000,000 trivial activities submitted from outside, 2 executors
+#   local_fib       fib(30) by divide and conquer (2,692,537 activities), 2 executors
+#   local_pingpong  events/s between two activities on different executors
+#   queued_bytes    resident bytes per queued trivial activity, 1,000,000 queued
+# Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+all=(local_spawn local_fib local_pingpong queued_bytes)
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=("${all[@]}")
+for name in "${names[@]}"; do
+  case " ${all[*]} " in
+    *" $name "*) ;;
+    *) echo "bench.sh: unknown benchmark '$name'; known: ${all[*]}" >&2; exit 2 ;;
+  esac
+done
+
+cargo build --release --quiet -p constellation-workloads --bin constellation-bench
+# One process per benchmark, so none inherits another's heap.
+for name in "${names[@]}"; do
+  target/release/constellation-bench "$name"
+done
