@@ -42,10 +42,13 @@ impl Parker {
         let spin_until = Instant::now() + SPIN_FOR;
         let mut spins = 0u32;
         loop {
-            if self
-                .state
-                .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+            // Read before writing: a spinning compare-exchange would pull the
+            // cache line away from the notifier on every turn.
+            if self.state.load(Ordering::Acquire) == NOTIFIED
+                && self
+                    .state
+                    .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
             {
                 return;
             }
