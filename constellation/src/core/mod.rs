@@ -115,9 +115,16 @@ pub enum Call {
 
 /// Something the driver must do.
 #[derive(Debug)]
-pub enum Action {
-    /// This idle executor has work now; wake its thread.
-    Wake(ExecutorIndex),
+pub enum Action<T> {
+    /// Hand this call to this executor, which was idle. The core has already
+    /// marked the activity running there, so the executor thread can start
+    /// it without asking the core again.
+    Run {
+        /// The idle executor that gets the work.
+        executor: ExecutorIndex,
+        /// The call to make.
+        work: Work<T>,
+    },
     /// An event could not be delivered; report it (log it, count it).
     Undeliverable(Undeliverable),
     /// Nothing runs and nothing is runnable. If `live` is zero all work is
@@ -239,7 +246,7 @@ pub struct Scheduler<T> {
     idle_executors: usize,
     counts: Counts,
     quiescence_reported: bool,
-    actions: VecDeque<Action>,
+    actions: VecDeque<Action<T>>,
 }
 
 impl<T> Scheduler<T> {
@@ -295,7 +302,7 @@ impl<T> Scheduler<T> {
     }
 
     /// The next action for the driver, if any.
-    pub fn poll_action(&mut self) -> Option<Action> {
+    pub fn poll_action(&mut self) -> Option<Action<T>> {
         self.actions.pop_front()
     }
 
@@ -339,7 +346,7 @@ impl<T> Scheduler<T> {
             queues.push(wanted.label, wanted.sort_rank(), order, entry);
         }
         let contexts = record.contexts.clone();
-        self.wake_for(&contexts, pinned_to);
+        self.assign_to_idle(slot, &contexts, pinned_to);
         Ok(())
     }
 
@@ -364,7 +371,7 @@ impl<T> Scheduler<T> {
             self.counts.ready += 1;
             self.executors[executor].ready.push_back(slot);
             self.quiescence_reported = false;
-            self.wake(executor);
+            self.assign(executor);
         }
         Ok(())
     }
@@ -379,7 +386,7 @@ impl<T> Scheduler<T> {
     }
 
     /// The next call for `executor`, or `None` when it has nothing to do; it
-    /// is then idle and gets an [`Action::Wake`] when work arrives.
+    /// is then idle, and an [`Action::Run`] brings it work when some arrives.
     pub fn next_work(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
         if self.executors[executor].idle {
             // Asking again means the executor is awake, however it was woken.
@@ -571,33 +578,39 @@ impl<T> Scheduler<T> {
         (u64::from(slot) << 32) | u64::from(self.slots[slot as usize].generation)
     }
 
-    /// Wakes one idle executor that can run an activity with `contexts`: the
-    /// one it is pinned to, or else the best match for its list.
-    fn wake_for(&mut self, contexts: &ContextList, pinned_to: Option<ExecutorIndex>) {
+    /// Gives new work in `slot` to idle executors that can run it: the one it
+    /// is pinned to, or else the best matches for its list, until it is taken.
+    /// An executor may take other work of higher priority to it instead.
+    fn assign_to_idle(&mut self, slot: u32, contexts: &ContextList, pinned_to: Option<ExecutorIndex>) {
         if self.idle_executors == 0 {
             return;
         }
         if let Some(executor) = pinned_to {
-            self.wake(executor);
+            self.assign(executor);
             return;
         }
         // `executors_for` walks the activity's contexts in order, so for a
-        // priority list the first idle hit matches the earliest context it can.
-        let candidate = self
-            .matcher
-            .executors_for(contexts)
-            .find(|&executor| self.executors[executor].idle);
-        if let Some(executor) = candidate {
-            self.wake(executor);
+        // priority list earlier contexts get the first offer.
+        let matcher = self.matcher.clone();
+        for executor in matcher.executors_for(contexts) {
+            let still_queued = self.slots[slot as usize]
+                .record
+                .as_ref()
+                .is_some_and(|record| record.state == State::Queued);
+            if self.idle_executors == 0 || !still_queued {
+                return;
+            }
+            self.assign(executor);
         }
     }
 
-    fn wake(&mut self, executor: ExecutorIndex) {
-        let state = &mut self.executors[executor];
-        if state.idle {
-            state.idle = false;
-            self.idle_executors -= 1;
-            self.actions.push_back(Action::Wake(executor));
+    /// If `executor` is idle, picks its next call now and hands it over.
+    fn assign(&mut self, executor: ExecutorIndex) {
+        if !self.executors[executor].idle {
+            return;
+        }
+        if let Some(work) = self.next_work(executor) {
+            self.actions.push_back(Action::Run { executor, work });
         }
     }
 

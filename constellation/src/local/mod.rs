@@ -62,7 +62,7 @@ use crate::core::{
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::trace::{CallEnd, CallKind, TraceRecord};
-use park::Parker;
+use park::{CachePadded, Parker, Spin};
 
 /// Configures and starts a [`Pool`].
 #[derive(Debug, Clone, Default)]
@@ -109,13 +109,13 @@ impl PoolBuilder {
         let shared = Arc::new(Shared {
             node,
             started: Instant::now(),
-            core: Mutex::new(core),
+            core: CachePadded(Mutex::new(core)),
             matcher,
             parkers: OnceLock::new(),
-            inbox: Mutex::new(Vec::new()),
-            inbox_pending: AtomicBool::new(false),
-            idle_executors: AtomicUsize::new(0),
-            outside_ids: AtomicU64::new(0),
+            inbox: CachePadded(Mutex::new(Vec::new())),
+            inbox_pending: CachePadded(AtomicBool::new(false)),
+            idle_executors: CachePadded(AtomicUsize::new(0)),
+            outside_ids: CachePadded(AtomicU64::new(0)),
             quiescence: Mutex::new(()),
             quiescent: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -134,7 +134,10 @@ impl PoolBuilder {
         }
         let parkers = threads
             .iter()
-            .map(|t| Parker::new(t.thread().clone()))
+            .map(|t| Handoff {
+                parker: CachePadded(Parker::new(t.thread().clone())),
+                mailbox: CachePadded(Mutex::new(None)),
+            })
             .collect();
         if shared.parkers.set(parkers).is_err() {
             unreachable!("parkers are set once, here");
@@ -190,20 +193,27 @@ pub struct RunSummary {
     pub trace: Vec<TraceRecord>,
 }
 
+/// How work reaches an idle executor thread: the core picks the call, the
+/// driver leaves it in the mailbox and wakes the thread.
+struct Handoff {
+    parker: CachePadded<Parker>,
+    mailbox: CachePadded<Mutex<Option<Work<Box<dyn Activity>>>>>,
+}
+
 struct Shared {
     node: NodeId,
     started: Instant,
-    core: Mutex<Scheduler<Box<dyn Activity>>>,
+    core: CachePadded<Mutex<Scheduler<Box<dyn Activity>>>>,
     matcher: Arc<MatchTable>,
     /// Set once by `start`, after the threads exist.
-    parkers: OnceLock<Vec<Parker>>,
+    parkers: OnceLock<Vec<Handoff>>,
     /// Submissions from outside that the scheduler has not seen yet.
-    inbox: Mutex<Vec<Submission<Box<dyn Activity>>>>,
-    inbox_pending: AtomicBool,
+    inbox: CachePadded<Mutex<Vec<Submission<Box<dyn Activity>>>>>,
+    inbox_pending: CachePadded<AtomicBool>,
     /// Executors that found no work and wait (or are about to).
-    idle_executors: AtomicUsize,
+    idle_executors: CachePadded<AtomicUsize>,
     /// Sequence numbers of ids issued from outside (issuer slot 0).
-    outside_ids: AtomicU64,
+    outside_ids: CachePadded<AtomicU64>,
     quiescence: Mutex<()>,
     quiescent: Condvar,
     shutdown: AtomicBool,
@@ -213,7 +223,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn parkers(&self) -> &[Parker] {
+    fn parkers(&self) -> &[Handoff] {
         // Executor threads may ask before `start` has stored the parkers.
         loop {
             if let Some(parkers) = self.parkers.get() {
@@ -230,7 +240,8 @@ impl Shared {
 
     /// Moves outside submissions into the scheduler. Called with the core held.
     fn drain_inbox(&self, core: &mut Scheduler<Box<dyn Activity>>) {
-        if !self.inbox_pending.swap(false, Ordering::SeqCst) {
+        // Load first: a swap would write the shared line on every call.
+        if !self.inbox_pending.load(Ordering::SeqCst) || !self.inbox_pending.swap(false, Ordering::SeqCst) {
             return;
         }
         let batch = std::mem::take(&mut *self.inbox.lock());
@@ -244,10 +255,15 @@ impl Shared {
     }
 
     /// Carries out what the scheduler asked for. Called without the core lock.
-    fn perform(&self, actions: &mut Vec<Action>) {
+    fn perform(&self, actions: &mut Vec<Action<Box<dyn Activity>>>) {
         for action in actions.drain(..) {
             match action {
-                Action::Wake(executor) => self.parkers()[executor].notify(),
+                Action::Run { executor, work } => {
+                    let handoff = &self.parkers()[executor];
+                    let previous = handoff.mailbox.lock().replace(work);
+                    debug_assert!(previous.is_none(), "an idle executor holds no work");
+                    handoff.parker.notify();
+                }
                 Action::Undeliverable(undeliverable) => {
                     self.undeliverable.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%undeliverable, "event lost: its target is gone");
@@ -308,8 +324,9 @@ impl Pool {
         };
         shared.inbox.lock().push(submission);
         shared.inbox_pending.store(true, Ordering::SeqCst);
-        // Pairs with the executor's announce-then-recheck in `executor_main`:
-        // either it sees the inbox, or we see it idle and hand the work over.
+        // Spinning executors watch `inbox_pending`; parked ones announce
+        // themselves first and look again (see `executor_main`), so either
+        // an executor sees this submission or we see it idle and hand it over.
         if shared.idle_executors.load(Ordering::SeqCst) > 0 {
             let mut actions = Vec::new();
             {
@@ -397,8 +414,8 @@ impl Pool {
 
     fn stop(&mut self) -> Vec<TraceRecord> {
         self.shared.shutdown.store(true, Ordering::Release);
-        for parker in self.shared.parkers() {
-            parker.notify();
+        for handoff in self.shared.parkers() {
+            handoff.parker.notify();
         }
         let mut trace = Vec::new();
         for thread in self.threads.drain(..) {
@@ -441,46 +458,54 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             if let Some((ticket, outcome)) = finished.take() {
                 core.complete(ticket, outcome);
             }
-            let mut work = core.next_work(index);
-            while work.is_none() {
-                // Announce idleness, then look at the inbox once more; see `Pool::submit_boxed`.
-                shared.idle_executors.fetch_add(1, Ordering::SeqCst);
-                if !shared.inbox_pending.load(Ordering::SeqCst) {
-                    break;
-                }
-                shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
-                shared.drain_inbox(&mut core);
-                work = core.next_work(index);
-            }
+            let work = core.next_work(index);
             actions.extend(std::iter::from_fn(|| core.poll_action()));
             work
         };
         if !actions.is_empty() {
             shared.perform(&mut actions);
         }
-        match work {
-            Some(work) => {
-                finished = Some(run_call(
-                    &shared,
-                    index,
-                    &context,
-                    &mut ids,
-                    &mut outbox,
-                    work,
-                    &mut trace,
-                ))
-            }
+        let work = match work {
+            Some(work) => work,
             None => {
                 if shared.shutdown.load(Ordering::Acquire) {
                     return trace;
                 }
-                shared.parkers()[index].wait();
-                shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
-                if shared.shutdown.load(Ordering::Acquire) {
-                    return trace;
+                let handoff = &shared.parkers()[index];
+                let inbox_pending = || shared.inbox_pending.load(Ordering::Relaxed);
+                match handoff.parker.spin(inbox_pending) {
+                    Spin::Notified => {}
+                    Spin::OtherWork => continue,
+                    Spin::TimedOut => {
+                        // Announce, then look at the inbox once more: pairs
+                        // with `Pool::submit_boxed`, so either this thread
+                        // sees the submission or the submitter sees it idle.
+                        shared.idle_executors.fetch_add(1, Ordering::SeqCst);
+                        if shared.inbox_pending.load(Ordering::SeqCst) {
+                            shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        handoff.parker.park();
+                        shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                let handed = handoff.mailbox.lock().take();
+                match handed {
+                    Some(work) => work,
+                    None if shared.shutdown.load(Ordering::Acquire) => return trace,
+                    None => continue,
                 }
             }
-        }
+        };
+        finished = Some(run_call(
+            &shared,
+            index,
+            &context,
+            &mut ids,
+            &mut outbox,
+            work,
+            &mut trace,
+        ));
     }
 }
 

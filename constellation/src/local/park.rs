@@ -2,8 +2,8 @@
 //!
 //! An idle executor spins briefly before it parks: a fine-grained activity
 //! often arrives within microseconds, and a futex wake-up costs more than
-//! that. The scheduler asks for at most one wake per idle period, so the
-//! waker side is one atomic swap.
+//! that. The scheduler hands an idle executor at most one call per idle
+//! period, so the waker side is one atomic swap.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::Thread;
@@ -15,6 +15,21 @@ const PARKED: u32 = 2;
 
 /// How long an idle executor spins before parking.
 const SPIN_FOR: Duration = Duration::from_micros(50);
+
+/// Keeps a value on a cache line of its own (128 bytes covers the adjacent-
+/// line prefetcher), so threads writing neighbouring data do not keep
+/// stealing the line from a thread that spins on this value.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// One executor thread's wake-up flag.
 pub(crate) struct Parker {
@@ -37,8 +52,10 @@ impl Parker {
         }
     }
 
-    /// Blocks the owning thread until [`notify`](Self::notify) is called.
-    pub(crate) fn wait(&self) {
+    /// Spins until notified, until `other_work` says there is something
+    /// else to look at, or until the spin time is used up. Only reads shared
+    /// memory while it spins.
+    pub(crate) fn spin(&self, other_work: impl Fn() -> bool) -> Spin {
         let spin_until = Instant::now() + SPIN_FOR;
         let mut spins = 0u32;
         loop {
@@ -50,20 +67,28 @@ impl Parker {
                     .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
-                return;
+                return Spin::Notified;
+            }
+            if other_work() {
+                return Spin::OtherWork;
             }
             spins += 1;
             if spins.is_multiple_of(64) && Instant::now() >= spin_until {
-                break;
+                return Spin::TimedOut;
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Blocks the owning thread until [`notify`](Self::notify) is called
+    /// (returns at once if it already was).
+    pub(crate) fn park(&self) {
         if self
             .state
             .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // Notified between the last spin and now.
+            // Notified before we got here.
             self.state.store(EMPTY, Ordering::Release);
             return;
         }
@@ -78,4 +103,15 @@ impl Parker {
             }
         }
     }
+}
+
+/// How [`Parker::spin`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spin {
+    /// [`Parker::notify`] was called.
+    Notified,
+    /// The caller's check found something else to do.
+    OtherWork,
+    /// Nothing happened; the caller should announce itself and park.
+    TimedOut,
 }
