@@ -454,3 +454,52 @@ fn trace_records_every_call_with_its_executor_and_labels() {
     assert!(csv.starts_with("activity,executor,labels,call,end,start_ns,end_ns\n"));
     assert_eq!(csv.lines().count(), summary.trace.len() + 1);
 }
+
+/// Runs on a CPU executor and submits GPU work from there.
+#[derive(Serialize, Deserialize)]
+struct OffloadsToGpu {
+    kernels: usize,
+    reply_to: constellation::ActivityId,
+}
+
+#[typetag::serde]
+impl Activity for OffloadsToGpu {
+    fn context(&self) -> ContextList {
+        "CPU".parse().expect("a valid context")
+    }
+
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        for i in 0..self.kernels {
+            let kernel =
+                WhereDidIRun::new(format!("kernel-{i}"), "GPU".parse().unwrap(), self.reply_to);
+            cx.submit(kernel).expect("the pool has a GPU executor");
+        }
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        Step::Finish
+    }
+}
+
+#[test]
+fn work_submitted_on_a_cpu_executor_reaches_the_gpu_executor() {
+    let pool = Pool::builder()
+        .executor("CPU,anywhere".parse().unwrap())
+        .executor("GPU".parse().unwrap())
+        .start()
+        .unwrap();
+    let (collector, results) = MultiEventCollector::new(8);
+    let reply_to = pool.submit(collector).unwrap();
+    pool.submit(OffloadsToGpu {
+        kernels: 8,
+        reply_to,
+    })
+    .unwrap();
+    let ran = results.wait_timeout(PATIENCE).unwrap();
+    assert!(ran
+        .into_iter()
+        .map(|event| event.take::<(String, String)>().unwrap().1)
+        .all(|executor| executor == "GPU"));
+    pool.done().unwrap();
+}

@@ -55,8 +55,8 @@ impl fmt::Debug for NodeId {
 /// number that the origin never hands out twice.
 ///
 /// Prints compactly as `node8hex:slot.counter`, e.g. `3f2a9c1e:1.42`: the
-/// slot says which issuer on the origin made the id (0 is the node itself,
-/// `k` is executor `k - 1`), which helps when reading traces.
+/// slot says which issuer on the origin made the id, which helps when
+/// reading traces.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ActivityId {
     node: NodeId,
@@ -80,6 +80,20 @@ impl ActivityId {
     /// The sequence number, unique within the origin node.
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The id numbered `counter` in issuer slot `slot` of `node`; see [`IdIssuer`].
+    pub fn in_slot(node: NodeId, slot: u16, counter: u64) -> Self {
+        ActivityId::new(
+            node,
+            (u64::from(slot) << COUNTER_BITS) | (counter & ((1 << COUNTER_BITS) - 1)),
+        )
+    }
+
+    /// The issuer slot that made this id on its origin node; drivers use it
+    /// to find which part of the node holds (or forwards) the activity.
+    pub fn issuer_slot(&self) -> u16 {
+        (self.seq >> COUNTER_BITS) as u16
     }
 }
 
@@ -107,8 +121,10 @@ pub struct IdIssuer {
 }
 
 impl IdIssuer {
-    /// The issuer for `slot` on `node`. Slot 0 is reserved for the node's own
-    /// submissions; executor `k` uses slot `k + 1`.
+    /// The issuer for `slot` on `node`. Drivers decide what slots mean; the
+    /// local driver gives each executor two (its own submissions, and
+    /// submissions from outside that it receives) and keeps slot 0 for the
+    /// main program's address.
     pub fn new(node: NodeId, slot: u16) -> Self {
         let base = u64::from(slot) << COUNTER_BITS;
         IdIssuer {
@@ -155,6 +171,8 @@ mod tests {
         assert_eq!(a.to_string(), "abcdef12:0.0");
         assert_eq!(c.to_string(), "abcdef12:1.1");
         assert_eq!(c.origin(), node);
+        assert_eq!(c.issuer_slot(), 1);
+        assert_eq!(ActivityId::in_slot(node, 1, 1), c);
     }
 
     #[test]

@@ -46,6 +46,45 @@ pub enum Step {
     Finish,
 }
 
+/// Where an activity went when it was stolen. The driver gives places their
+/// meaning (an executor's shard, later a node); the core only remembers them
+/// so that events can follow the activity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Place(pub u64);
+
+/// An activity taken out of one scheduler by [`Scheduler::steal`], to be
+/// handed to another with [`Scheduler::accept`].
+#[derive(Debug)]
+pub struct Stolen<T> {
+    /// The activity's id; it keeps it wherever it goes.
+    pub id: ActivityId,
+    /// The activity, never started.
+    pub body: T,
+    /// Where it may run.
+    pub contexts: ContextList,
+    /// Whether it may leave its node.
+    pub stealable: bool,
+    /// Events that arrived before it started; they travel with it.
+    pub pending: VecDeque<Event>,
+    /// Places that keep a forwarding pointer to it, oldest first. The
+    /// thief's driver appends the place it stole from.
+    pub trail: Vec<Place>,
+}
+
+/// Why [`Scheduler::deliver`] did not deliver an event here.
+#[derive(Debug)]
+pub enum DeliveryError {
+    /// The activity was stolen; send the event on to `to`.
+    Moved {
+        /// The event, to pass on.
+        event: Event,
+        /// Where the activity went.
+        to: Place,
+    },
+    /// The activity does not exist.
+    Undeliverable(Box<Undeliverable>),
+}
+
 /// What a finished call hands back to the core.
 #[derive(Debug)]
 pub enum Outcome<T> {
@@ -125,6 +164,21 @@ pub enum Action<T> {
         /// The call to make.
         work: Work<T>,
     },
+    /// The target of an event was stolen from here: deliver it at `to`.
+    Forward {
+        /// The event.
+        event: Event,
+        /// Where its target went.
+        to: Place,
+    },
+    /// A stolen activity finished: the places that kept forwarding pointers
+    /// to it can forget them ([`Scheduler::forget_forward`]).
+    ForgetForwards {
+        /// The finished activity.
+        id: ActivityId,
+        /// The places holding pointers to it.
+        places: Vec<Place>,
+    },
     /// An event could not be delivered; report it (log it, count it).
     Undeliverable(Undeliverable),
     /// Nothing runs and nothing is runnable. If `live` is zero all work is
@@ -193,7 +247,10 @@ struct Record<T> {
     body: Option<T>,
     contexts: ContextList,
     state: State,
+    stealable: bool,
     pending: VecDeque<Event>,
+    /// Places with forwarding pointers to this activity, if it was stolen.
+    trail: Option<Box<Vec<Place>>>,
 }
 
 struct SlotEntry<T> {
@@ -233,15 +290,39 @@ pub struct Counts {
     pub stolen: u64,
 }
 
+impl Counts {
+    /// The sum of two schedulers' counts, for a node made of several.
+    pub fn merge(self, other: Counts) -> Counts {
+        Counts {
+            live: self.live + other.live,
+            queued: self.queued + other.queued,
+            running: self.running + other.running,
+            ready: self.ready + other.ready,
+            submitted: self.submitted + other.submitted,
+            finished: self.finished + other.finished,
+            delivered: self.delivered + other.delivered,
+            undeliverable: self.undeliverable + other.undeliverable,
+            stolen: self.stolen + other.stolen,
+        }
+    }
+}
+
 /// The scheduler of one node.
 pub struct Scheduler<T> {
     node: NodeId,
     executors: Vec<ExecutorState>,
+    /// What this scheduler's own executors offer: whom to hand work to.
     matcher: Arc<MatchTable>,
+    /// What every executor of the pool offers: which work to accept at all,
+    /// since work only another scheduler's executors can run waits here
+    /// until one of them steals it.
+    pool: Arc<MatchTable>,
     shared: QueueSet,
     slots: Vec<SlotEntry<T>>,
     free_slots: Vec<u32>,
     index: FxHashMap<ActivityId, u32>,
+    /// Activities stolen from here that have not finished yet.
+    forwarded: FxHashMap<ActivityId, Place>,
     next_order: u64,
     idle_executors: usize,
     counts: Counts,
@@ -250,8 +331,16 @@ pub struct Scheduler<T> {
 }
 
 impl<T> Scheduler<T> {
-    /// A scheduler for `node` whose executors offer `executors`, indexed as given.
+    /// A scheduler for `node` whose executors offer `executors`, indexed as
+    /// given, and which accepts only work those executors can run.
     pub fn new(node: NodeId, executors: Vec<ExecutorContext>) -> Self {
+        let matcher = Arc::new(MatchTable::new(&executors));
+        Self::in_pool(node, executors, matcher)
+    }
+
+    /// A scheduler for some of a pool's executors, which accepts any work
+    /// that some executor of the pool (as `pool` describes it) can run.
+    pub fn in_pool(node: NodeId, executors: Vec<ExecutorContext>, pool: Arc<MatchTable>) -> Self {
         let matcher = Arc::new(MatchTable::new(&executors));
         Scheduler {
             node,
@@ -263,10 +352,12 @@ impl<T> Scheduler<T> {
                 })
                 .collect(),
             matcher,
+            pool,
             shared: QueueSet::default(),
             slots: Vec::new(),
             free_slots: Vec::new(),
             index: FxHashMap::default(),
+            forwarded: FxHashMap::default(),
             next_order: 0,
             idle_executors: 0,
             counts: Counts::default(),
@@ -285,10 +376,10 @@ impl<T> Scheduler<T> {
         self.executors.iter().map(|executor| &executor.context)
     }
 
-    /// The match table, shared so that submitters can refuse unmatchable
-    /// work at the call site without taking the core.
+    /// The pool's match table, shared so that submitters can refuse
+    /// unmatchable work at the call site without taking the core.
     pub fn match_table(&self) -> Arc<MatchTable> {
-        self.matcher.clone()
+        self.pool.clone()
     }
 
     /// Current counts.
@@ -313,8 +404,12 @@ impl<T> Scheduler<T> {
             Origin::Executor(executor) if !submission.stealable => Some(executor),
             _ => None,
         };
-        self.matcher
-            .check(submission.id, &submission.contexts, pinned_to)?;
+        match pinned_to {
+            Some(_) => self
+                .matcher
+                .check(submission.id, &submission.contexts, pinned_to)?,
+            None => self.pool.check(submission.id, &submission.contexts, None)?,
+        }
         if self.index.contains_key(&submission.id) {
             return Err(SubmitError::DuplicateId(submission.id));
         }
@@ -323,7 +418,9 @@ impl<T> Scheduler<T> {
             body: Some(submission.body),
             contexts: submission.contexts,
             state: State::Queued,
+            stealable: submission.stealable,
             pending: VecDeque::new(),
+            trail: None,
         });
         self.index.insert(submission.id, slot);
         self.counts.live += 1;
@@ -351,14 +448,18 @@ impl<T> Scheduler<T> {
     }
 
     /// Delivers an event to its activity, buffering it if the activity is
-    /// not started or busy. Returns the event if no such activity exists.
-    pub fn deliver(&mut self, event: Event) -> Result<(), Box<Undeliverable>> {
+    /// not started or busy. Says where to send it instead if the activity
+    /// was stolen, and returns it if no such activity exists.
+    pub fn deliver(&mut self, event: Event) -> Result<(), DeliveryError> {
         let Some(&slot) = self.index.get(&event.target) else {
+            if let Some(&to) = self.forwarded.get(&event.target) {
+                return Err(DeliveryError::Moved { event, to });
+            }
             self.counts.undeliverable += 1;
-            return Err(Box::new(Undeliverable {
+            return Err(DeliveryError::Undeliverable(Box::new(Undeliverable {
                 event,
                 reason: UndeliverableReason::NoSuchActivity,
-            }));
+            })));
         };
         self.counts.delivered += 1;
         let record = self.slots[slot as usize]
@@ -376,13 +477,120 @@ impl<T> Scheduler<T> {
         Ok(())
     }
 
-    /// Delivers an event sent from inside an activity; failures become an
-    /// [`Action::Undeliverable`] for the driver to report.
+    /// Delivers an event sent from inside an activity; what cannot be
+    /// delivered here becomes an [`Action::Forward`] or an
+    /// [`Action::Undeliverable`] for the driver.
     pub fn deliver_or_report(&mut self, event: Event) {
-        if let Err(undeliverable) = self.deliver(event) {
-            self.actions
-                .push_back(Action::Undeliverable(*undeliverable));
+        match self.deliver(event) {
+            Ok(()) => {}
+            Err(DeliveryError::Moved { event, to }) => {
+                self.actions.push_back(Action::Forward { event, to })
+            }
+            Err(DeliveryError::Undeliverable(undeliverable)) => self
+                .actions
+                .push_back(Action::Undeliverable(*undeliverable)),
         }
+    }
+
+    /// Takes up to `max` queued, never-started activities that an executor
+    /// offering `thief` could run, oldest first, in the thief's priority and
+    /// preference order. The core keeps a forwarding pointer to `to` for each.
+    ///
+    /// This moves work within a node: activities pinned to an executor never
+    /// move, but unpinned ones move even if they may not leave the node.
+    pub fn steal(&mut self, thief: &ExecutorContext, max: usize, to: Place) -> Vec<Stolen<T>> {
+        let mut stolen = Vec::new();
+        for offered in &thief.contexts {
+            while stolen.len() < max {
+                let mut slot =
+                    self.take_from(QueueOwner::Shared, offered, thief.preference, End::Oldest);
+                for victim in 0..self.executors.len() {
+                    if slot.is_some() {
+                        break;
+                    }
+                    slot = self.take_from(
+                        QueueOwner::Own(victim),
+                        offered,
+                        thief.preference,
+                        End::Oldest,
+                    );
+                }
+                let Some(slot) = slot else { break };
+                stolen.push(self.remove_for_theft(slot, to));
+            }
+        }
+        self.counts.stolen += stolen.len() as u64;
+        self.check_quiescence();
+        stolen
+    }
+
+    fn remove_for_theft(&mut self, slot: u32, to: Place) -> Stolen<T> {
+        let entry = &mut self.slots[slot as usize];
+        let record = entry.record.take().expect("queued slot is occupied");
+        entry.generation = entry.generation.wrapping_add(1);
+        self.free_slots.push(slot);
+        self.index.remove(&record.id);
+        self.forwarded.insert(record.id, to);
+        self.counts.live -= 1;
+        self.counts.queued -= 1;
+        Stolen {
+            id: record.id,
+            body: record.body.expect("a queued activity holds its body"),
+            contexts: record.contexts,
+            stealable: record.stealable,
+            pending: record.pending,
+            trail: record.trail.map(|trail| *trail).unwrap_or_default(),
+        }
+    }
+
+    /// Takes in an activity stolen from another scheduler. It joins
+    /// `executor`'s own queue, where that executor finds it first.
+    pub fn accept(
+        &mut self,
+        executor: ExecutorIndex,
+        stolen: Stolen<T>,
+    ) -> Result<(), SubmitError> {
+        if self.index.contains_key(&stolen.id) {
+            return Err(SubmitError::DuplicateId(stolen.id));
+        }
+        // It may come back to a place it once left.
+        self.forwarded.remove(&stolen.id);
+        let slot = self.allocate(Record {
+            id: stolen.id,
+            body: Some(stolen.body),
+            contexts: stolen.contexts,
+            state: State::Queued,
+            stealable: stolen.stealable,
+            pending: stolen.pending,
+            trail: (!stolen.trail.is_empty()).then(|| Box::new(stolen.trail)),
+        });
+        self.index.insert(stolen.id, slot);
+        self.counts.live += 1;
+        self.counts.queued += 1;
+        self.quiescence_reported = false;
+        let entry = self.entry_ref(slot);
+        let order = self.next_order;
+        self.next_order += 1;
+        let record = self.slots[slot as usize]
+            .record
+            .as_ref()
+            .expect("just allocated");
+        for wanted in record.contexts.items() {
+            self.executors[executor]
+                .own
+                .push(wanted.label, wanted.sort_rank(), order, entry);
+        }
+        Ok(())
+    }
+
+    /// Drops the forwarding pointer for a stolen activity that finished.
+    pub fn forget_forward(&mut self, id: ActivityId) {
+        self.forwarded.remove(&id);
+    }
+
+    /// Forwarding pointers held, one per stolen activity still alive.
+    pub fn forwarding_pointers(&self) -> usize {
+        self.forwarded.len()
     }
 
     /// The next call for `executor`, or `None` when it has nothing to do; it
@@ -459,6 +667,12 @@ impl<T> Scheduler<T> {
                 self.index.remove(&record.id);
                 self.counts.live -= 1;
                 self.counts.finished += 1;
+                if let Some(trail) = record.trail {
+                    self.actions.push_back(Action::ForgetForwards {
+                        id: record.id,
+                        places: *trail,
+                    });
+                }
                 for event in record.pending {
                     self.counts.undeliverable += 1;
                     self.actions.push_back(Action::Undeliverable(Undeliverable {
@@ -581,7 +795,12 @@ impl<T> Scheduler<T> {
     /// Gives new work in `slot` to idle executors that can run it: the one it
     /// is pinned to, or else the best matches for its list, until it is taken.
     /// An executor may take other work of higher priority to it instead.
-    fn assign_to_idle(&mut self, slot: u32, contexts: &ContextList, pinned_to: Option<ExecutorIndex>) {
+    fn assign_to_idle(
+        &mut self,
+        slot: u32,
+        contexts: &ContextList,
+        pinned_to: Option<ExecutorIndex>,
+    ) {
         if self.idle_executors == 0 {
             return;
         }

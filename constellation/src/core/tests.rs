@@ -255,7 +255,9 @@ fn events_to_missing_or_finished_activities_are_reported() {
     let mut h = Harness::new(&["anywhere"]);
     let outside = h.ids.issue();
     let nobody = h.ids.issue();
-    let err = h.core.deliver(event(outside, nobody, 1)).unwrap_err();
+    let Err(DeliveryError::Undeliverable(err)) = h.core.deliver(event(outside, nobody, 1)) else {
+        panic!("an event for nobody must be refused");
+    };
     assert_eq!(err.reason, UndeliverableReason::NoSuchActivity);
     assert_eq!(
         err.event.target, nobody,
@@ -378,4 +380,155 @@ fn slots_are_reused_without_confusing_old_queue_entries() {
     let handed = h.handed_out();
     assert_eq!(handed.len(), 1);
     assert_eq!((handed[0].0, handed[0].1.body), (0, "second"));
+}
+
+/// Two single-executor schedulers of one node, as the local driver runs them.
+fn shards(first: &str, second: &str) -> (Scheduler<&'static str>, Scheduler<&'static str>) {
+    let node = NodeId::from_u128(7);
+    let first: ExecutorContext = first.parse().unwrap();
+    let second: ExecutorContext = second.parse().unwrap();
+    let pool = Arc::new(MatchTable::new(&[first.clone(), second.clone()]));
+    (
+        Scheduler::in_pool(node, vec![first], pool.clone()),
+        Scheduler::in_pool(node, vec![second], pool),
+    )
+}
+
+fn submit_to(
+    core: &mut Scheduler<&'static str>,
+    ids: &mut IdIssuer,
+    body: &'static str,
+    contexts: &str,
+) -> ActivityId {
+    let id = ids.issue();
+    let submission = Submission {
+        id,
+        body,
+        contexts: contexts.parse().unwrap(),
+        stealable: true,
+    };
+    core.submit(Origin::Executor(0), submission).unwrap();
+    id
+}
+
+#[test]
+fn a_scheduler_accepts_work_only_the_rest_of_its_pool_can_run() {
+    let (mut cpu, _) = shards("CPU", "GPU");
+    let mut ids = IdIssuer::new(cpu.node(), 1);
+    submit_to(&mut cpu, &mut ids, "kernel", "GPU");
+    assert!(
+        cpu.next_work(0).is_none(),
+        "the CPU executor must not run it"
+    );
+    let id = ids.issue();
+    let nowhere = Submission {
+        id,
+        body: "fpga",
+        contexts: "FPGA".parse().unwrap(),
+        stealable: true,
+    };
+    assert!(
+        cpu.submit(Origin::Executor(0), nowhere).is_err(),
+        "nobody in the pool can"
+    );
+}
+
+#[test]
+fn steal_takes_the_oldest_matching_work_and_leaves_a_forwarding_pointer() {
+    let (mut victim, mut thief) = shards("anywhere", "GPU,anywhere");
+    let mut ids = IdIssuer::new(victim.node(), 1);
+    let old = submit_to(&mut victim, &mut ids, "old", "anywhere");
+    submit_to(&mut victim, &mut ids, "new", "anywhere");
+    let gpu = submit_to(&mut victim, &mut ids, "kernel", "GPU");
+
+    let thief_context: ExecutorContext = "GPU,anywhere".parse().unwrap();
+    let stolen = victim.steal(&thief_context, 2, Place(1));
+    let taken: Vec<_> = stolen.iter().map(|s| s.id).collect();
+    assert_eq!(
+        taken,
+        [gpu, old],
+        "the thief's first context first, then the oldest"
+    );
+    assert_eq!(victim.counts().queued, 1);
+    assert_eq!(victim.forwarding_pointers(), 2);
+
+    for activity in stolen {
+        thief.accept(0, activity).unwrap();
+    }
+    assert_eq!(thief.counts().queued, 2);
+    // Events sent to the victim follow the activity.
+    let outside = ids.issue();
+    let Err(DeliveryError::Moved { event, to }) = victim.deliver(event(outside, old, 5)) else {
+        panic!("the victim must forward");
+    };
+    assert_eq!(to, Place(1));
+    thief.deliver(event).unwrap();
+}
+
+#[test]
+fn events_buffered_before_a_steal_travel_with_the_activity() {
+    let (mut victim, mut thief) = shards("anywhere", "anywhere");
+    let mut ids = IdIssuer::new(victim.node(), 1);
+    let id = submit_to(&mut victim, &mut ids, "waiter", "anywhere");
+    let outside = ids.issue();
+    victim.deliver(event(outside, id, 42)).unwrap();
+    let mut stolen = victim.steal(&ExecutorContext::anywhere(), 1, Place(1));
+    stolen[0].trail.push(Place(0));
+    thief.accept(0, stolen.pop().unwrap()).unwrap();
+
+    let init = thief.next_work(0).unwrap();
+    assert!(matches!(init.call, Call::Initialize));
+    thief.complete(init.ticket, Outcome::Suspend(init.body));
+    let work = thief.next_work(0).unwrap();
+    let Call::Process(e) = work.call else {
+        panic!("the buffered event must follow")
+    };
+    assert_eq!(e.take::<u32>().unwrap(), 42);
+    thief.complete(work.ticket, Outcome::Finish);
+    // The finished thief tells the places on the trail to forget the pointer.
+    let forget: Vec<_> = std::iter::from_fn(|| thief.poll_action())
+        .filter_map(|a| match a {
+            Action::ForgetForwards { id, places } => Some((id, places)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forget, [(id, vec![Place(0)])]);
+    victim.forget_forward(id);
+    assert_eq!(victim.forwarding_pointers(), 0);
+}
+
+#[test]
+fn pinned_work_is_never_stolen() {
+    let (mut victim, _) = shards("anywhere", "anywhere");
+    let mut ids = IdIssuer::new(victim.node(), 1);
+    let id = ids.issue();
+    let submission = Submission {
+        id,
+        body: "gpu-buffer",
+        contexts: ContextList::anywhere(),
+        stealable: false,
+    };
+    victim.submit(Origin::Executor(0), submission).unwrap();
+    assert!(victim
+        .steal(&ExecutorContext::anywhere(), 8, Place(1))
+        .is_empty());
+}
+
+#[test]
+fn stolen_work_can_come_back_home() {
+    let (mut home, mut away) = shards("anywhere", "anywhere");
+    let mut ids = IdIssuer::new(home.node(), 1);
+    let id = submit_to(&mut home, &mut ids, "wanderer", "anywhere");
+    let out = home
+        .steal(&ExecutorContext::anywhere(), 1, Place(1))
+        .pop()
+        .unwrap();
+    away.accept(0, out).unwrap();
+    let back = away
+        .steal(&ExecutorContext::anywhere(), 1, Place(0))
+        .pop()
+        .unwrap();
+    home.accept(0, back).unwrap();
+    assert_eq!(home.forwarding_pointers(), 0, "it is home again");
+    assert_eq!(home.next_work(0).unwrap().ticket.id(), id);
 }

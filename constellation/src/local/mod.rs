@@ -32,21 +32,31 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # Threads and the scheduler
-//! All executors share one [`Scheduler`] behind a mutex. An executor takes the
-//! lock once per call: it hands back the activity it just ran, with the
-//! children it submitted and the events it sent, and receives its next call
-//! in the same critical section.
+//! # Threads and schedulers
+//! Each executor thread owns one [`Scheduler`] shard behind its own mutex.
+//! An executor takes its own lock once per call, almost always uncontended:
+//! it hands back the activity it just ran, with the children it submitted
+//! and the events it sent, and receives its next call in the same critical
+//! section. Other threads touch a shard only to steal from it, to deliver an
+//! event to one of its activities, or to submit from outside.
 //!
-//! Submissions from outside go to an inbox instead, so a main program that
-//! submits in a loop does not fight the executors for the scheduler: busy
-//! executors move the inbox into the scheduler when they next hold it, and
-//! the submitter moves it itself only when some executor is idle.
+//! - An idle executor steals the oldest matching work of another shard. The
+//!   shard keeps a forwarding pointer, so events still find the activity.
+//! - An event goes to the shard named by its target's id, and follows
+//!   forwarding pointers from there.
+//! - Work submitted from outside goes to an idle executor that can run it,
+//!   or else round-robin to the executors that can.
+//! - Within a shard, executor priority and rank preference hold exactly; an
+//!   executor looks at other shards only when its own has nothing it can
+//!   run, as Constellation's executors do.
+//!
+//! All work not yet finished is counted in one atomic, incremented before
+//! it is decremented, so `done()` sees zero only when nothing is left.
 
 mod park;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,15 +64,28 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::activity::{Activity, ActivityCx, Outbox};
-use crate::context::ExecutorContext;
+use crate::context::{ContextList, ExecutorContext};
 use crate::core::{
-    Action, Call, Counts, MatchTable, Origin, Outcome, Scheduler, Step, Submission, SubmitError,
-    Ticket, Undeliverable, Work,
+    Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, Scheduler, Step,
+    Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason, Work,
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::trace::{CallEnd, CallKind, TraceRecord};
 use park::{CachePadded, Parker, Spin};
+
+/// Executors one pool supports: each uses two of the 65,536 id issuer slots.
+const MAX_EXECUTORS: usize = 32_767;
+
+/// The id issuer slot for activities that executor `k` submits.
+fn own_slot(executor: usize) -> u16 {
+    (2 * executor + 1) as u16
+}
+
+/// The id issuer slot for outside submissions that executor `k` receives.
+fn outside_slot(executor: usize) -> u16 {
+    (2 * executor + 2) as u16
+}
 
 /// Configures and starts a [`Pool`].
 #[derive(Debug, Clone, Default)]
@@ -100,22 +123,33 @@ impl PoolBuilder {
         if self.executors.is_empty() {
             return Err(PoolError::NoExecutors);
         }
-        if self.executors.len() >= usize::from(u16::MAX) {
+        if self.executors.len() > MAX_EXECUTORS {
             return Err(PoolError::TooManyExecutors(self.executors.len()));
         }
         let node = NodeId::random();
-        let core = Scheduler::new(node, self.executors.clone());
-        let matcher = core.match_table();
+        let matcher = Arc::new(MatchTable::new(&self.executors));
+        let shards = self
+            .executors
+            .iter()
+            .map(|context| Shard {
+                core: CachePadded(Mutex::new(Scheduler::in_pool(
+                    node,
+                    vec![context.clone()],
+                    matcher.clone(),
+                ))),
+                queued: CachePadded(AtomicUsize::new(0)),
+                outside_ids: CachePadded(AtomicU64::new(0)),
+            })
+            .collect();
         let shared = Arc::new(Shared {
             node,
             started: Instant::now(),
-            core: CachePadded(Mutex::new(core)),
             matcher,
-            parkers: OnceLock::new(),
-            inbox: CachePadded(Mutex::new(Vec::new())),
-            inbox_pending: CachePadded(AtomicBool::new(false)),
-            idle_executors: CachePadded(AtomicUsize::new(0)),
-            outside_ids: CachePadded(AtomicU64::new(0)),
+            shards,
+            handoffs: OnceLock::new(),
+            outstanding: CachePadded(AtomicI64::new(0)),
+            idle_count: CachePadded(AtomicUsize::new(0)),
+            round_robin: CachePadded(AtomicUsize::new(0)),
             quiescence: Mutex::new(()),
             quiescent: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -132,18 +166,19 @@ impl PoolBuilder {
                 .map_err(PoolError::Spawn)?;
             threads.push(thread);
         }
-        let parkers = threads
+        let handoffs = threads
             .iter()
             .map(|t| Handoff {
                 parker: CachePadded(Parker::new(t.thread().clone())),
                 mailbox: CachePadded(Mutex::new(None)),
+                idle: CachePadded(AtomicBool::new(false)),
             })
             .collect();
-        if shared.parkers.set(parkers).is_err() {
-            unreachable!("parkers are set once, here");
+        if shared.handoffs.set(handoffs).is_err() {
+            unreachable!("handoffs are set once, here");
         }
         Ok(Pool {
-            address: shared.issue_outside_id(),
+            address: ActivityId::in_slot(node, 0, 0),
             shared,
             threads,
         })
@@ -157,7 +192,7 @@ pub enum PoolError {
     #[error("a pool needs at least one executor")]
     NoExecutors,
     /// More executors than one node can address.
-    #[error("{0} executors is more than one node supports (65534)")]
+    #[error("{0} executors is more than one pool supports ({MAX_EXECUTORS})")]
     TooManyExecutors(usize),
     /// The operating system refused a thread.
     #[error("could not start an executor thread: {0}")]
@@ -183,7 +218,7 @@ pub enum DoneError {
 /// What a finished run did.
 #[derive(Debug, Clone, Default)]
 pub struct RunSummary {
-    /// The scheduler's final counts.
+    /// The schedulers' final counts, summed over executors.
     pub counts: Counts,
     /// Activity calls that panicked; their activities were dropped.
     pub failed_calls: u64,
@@ -193,92 +228,243 @@ pub struct RunSummary {
     pub trace: Vec<TraceRecord>,
 }
 
-/// How work reaches an idle executor thread: the core picks the call, the
+/// One executor's scheduler and what other threads may read without its lock.
+struct Shard {
+    core: CachePadded<Mutex<Scheduler<Box<dyn Activity>>>>,
+    /// Never-started activities in the shard, for thieves deciding where to look.
+    queued: CachePadded<AtomicUsize>,
+    /// Counter for ids of outside submissions this shard receives.
+    outside_ids: CachePadded<AtomicU64>,
+}
+
+/// How work reaches an idle executor thread: a scheduler picks the call, the
 /// driver leaves it in the mailbox and wakes the thread.
 struct Handoff {
     parker: CachePadded<Parker>,
     mailbox: CachePadded<Mutex<Option<Work<Box<dyn Activity>>>>>,
+    /// Set while the executor has nothing to do and waits to be woken.
+    idle: CachePadded<AtomicBool>,
 }
 
 struct Shared {
     node: NodeId,
     started: Instant,
-    core: CachePadded<Mutex<Scheduler<Box<dyn Activity>>>>,
+    /// Which executors could run what, over the whole pool.
     matcher: Arc<MatchTable>,
+    shards: Vec<Shard>,
     /// Set once by `start`, after the threads exist.
-    parkers: OnceLock<Vec<Handoff>>,
-    /// Submissions from outside that the scheduler has not seen yet.
-    inbox: CachePadded<Mutex<Vec<Submission<Box<dyn Activity>>>>>,
-    inbox_pending: CachePadded<AtomicBool>,
-    /// Executors that found no work and wait (or are about to).
-    idle_executors: CachePadded<AtomicUsize>,
-    /// Sequence numbers of ids issued from outside (issuer slot 0).
-    outside_ids: CachePadded<AtomicU64>,
+    handoffs: OnceLock<Vec<Handoff>>,
+    /// Activities queued, running or ready, plus events in transit.
+    outstanding: CachePadded<AtomicI64>,
+    /// Executors with `Handoff::idle` set.
+    idle_count: CachePadded<AtomicUsize>,
+    /// Spreads outside submissions over the executors that can run them.
+    round_robin: CachePadded<AtomicUsize>,
     quiescence: Mutex<()>,
     quiescent: Condvar,
     shutdown: AtomicBool,
+    /// Events whose target id names no shard of this pool.
     undeliverable: AtomicU64,
     failed: AtomicU64,
     trace: bool,
 }
 
+/// Whether a scheduler session changes the count of outstanding work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Yes,
+    /// Stealing takes work out of one shard and puts it into another; the
+    /// two sessions cancel out, and counting them apart could touch zero.
+    NetZero,
+}
+
 impl Shared {
-    fn parkers(&self) -> &[Handoff] {
-        // Executor threads may ask before `start` has stored the parkers.
+    fn handoffs(&self) -> &[Handoff] {
+        // Executor threads may ask before `start` has stored the handoffs.
         loop {
-            if let Some(parkers) = self.parkers.get() {
-                return parkers;
+            if let Some(handoffs) = self.handoffs.get() {
+                return handoffs;
             }
             std::thread::yield_now();
         }
     }
 
-    fn issue_outside_id(&self) -> ActivityId {
-        // Slot 0 of the id space: sequence numbers below 2^48.
-        ActivityId::new(self.node, self.outside_ids.fetch_add(1, Ordering::Relaxed))
+    /// The shard that issued `id`, which holds the activity or knows where it went.
+    fn home_of(&self, id: ActivityId) -> Option<usize> {
+        let slot = usize::from(id.issuer_slot());
+        let shard = slot.checked_sub(1)? / 2;
+        (id.origin() == self.node && shard < self.shards.len()).then_some(shard)
     }
 
-    /// Moves outside submissions into the scheduler. Called with the core held.
-    fn drain_inbox(&self, core: &mut Scheduler<Box<dyn Activity>>) {
-        // Load first: a swap would write the shared line on every call.
-        if !self.inbox_pending.load(Ordering::SeqCst) || !self.inbox_pending.swap(false, Ordering::SeqCst) {
+    /// Runs `operate` on shard `index`'s scheduler and collects what it asks
+    /// for into `actions`, keeping the count of outstanding work up to date.
+    fn session<R>(
+        &self,
+        index: usize,
+        counted: Counted,
+        actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
+        operate: impl FnOnce(&mut Scheduler<Box<dyn Activity>>) -> R,
+    ) -> R {
+        let shard = &self.shards[index];
+        let mut core = shard.core.lock();
+        let before = outstanding_in(&core);
+        let result = operate(&mut core);
+        let after = outstanding_in(&core);
+        let mut in_transit = 0;
+        while let Some(action) = core.poll_action() {
+            if matches!(action, Action::Forward { .. }) {
+                in_transit += 1;
+            }
+            actions.push((index, action));
+        }
+        let queued = core.counts().queued;
+        if shard.queued.load(Ordering::Relaxed) != queued {
+            shard.queued.store(queued, Ordering::SeqCst);
+        }
+        drop(core);
+        if counted == Counted::Yes {
+            self.add_outstanding(after as i64 - before as i64 + in_transit);
+        }
+        result
+    }
+
+    fn add_outstanding(&self, delta: i64) {
+        if delta == 0 {
             return;
         }
-        let batch = std::mem::take(&mut *self.inbox.lock());
-        for submission in batch {
-            let id = submission.id;
-            // Matchability was checked at `Pool::submit`; ids are fresh.
-            if let Err(error) = core.submit(Origin::Outside, submission) {
-                tracing::error!(%id, %error, "submission refused by the scheduler");
-            }
+        if self.outstanding.fetch_add(delta, Ordering::SeqCst) + delta == 0 {
+            let _guard = self.quiescence.lock();
+            self.quiescent.notify_all();
         }
     }
 
-    /// Carries out what the scheduler asked for. Called without the core lock.
-    fn perform(&self, actions: &mut Vec<Action<Box<dyn Activity>>>) {
-        for action in actions.drain(..) {
+    /// Carries out what schedulers asked for. Forwarded events may ask for more.
+    fn perform(&self, actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>) {
+        while let Some((shard, action)) = actions.pop() {
             match action {
-                Action::Run { executor, work } => {
-                    let handoff = &self.parkers()[executor];
+                Action::Run { work, .. } => {
+                    // Each shard has one executor: the shard's owner.
+                    let handoff = &self.handoffs()[shard];
                     let previous = handoff.mailbox.lock().replace(work);
                     debug_assert!(previous.is_none(), "an idle executor holds no work");
                     handoff.parker.notify();
                 }
-                Action::Undeliverable(undeliverable) => {
-                    self.undeliverable.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%undeliverable, "event lost: its target is gone");
+                Action::Forward { event, to } => {
+                    let target = to.0 as usize;
+                    self.session(target, Counted::Yes, actions, |core| {
+                        core.deliver_or_report(event)
+                    });
+                    // Delivered (or reported): no longer in transit.
+                    self.add_outstanding(-1);
                 }
-                Action::Quiescent { .. } => {
-                    let _guard = self.quiescence.lock();
-                    self.quiescent.notify_all();
+                Action::ForgetForwards { id, places } => {
+                    for place in places {
+                        self.session(place.0 as usize, Counted::NetZero, actions, |core| {
+                            core.forget_forward(id)
+                        });
+                    }
                 }
+                Action::Undeliverable(undeliverable) => self.report(undeliverable, false),
+                // Quiescence is pool-wide here: `outstanding` tracks it.
+                Action::Quiescent { .. } => {}
             }
         }
+    }
+
+    /// Logs an event that reached no activity. Schedulers count the ones
+    /// they refuse; `counted_here` is for ids that name no shard at all.
+    fn report(&self, undeliverable: Undeliverable, counted_here: bool) {
+        if counted_here {
+            self.undeliverable.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(%undeliverable, "event lost: its target is gone");
+    }
+
+    /// Sends an event towards its target's home shard.
+    fn route(&self, event: Event, actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>) {
+        match self.home_of(event.target) {
+            Some(home) => self.session(home, Counted::Yes, actions, |core| {
+                core.deliver_or_report(event)
+            }),
+            None => self.report(
+                Undeliverable {
+                    event,
+                    reason: UndeliverableReason::NoSuchActivity,
+                },
+                true,
+            ),
+        }
+    }
+
+    /// Wakes an idle executor that could run `contexts`, so it comes to steal.
+    fn wake_idle_for(&self, contexts: &ContextList, besides: usize) {
+        if self.idle_count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let handoffs = self.handoffs();
+        if let Some(executor) = self
+            .matcher
+            .executors_for(contexts)
+            .find(|&e| e != besides && handoffs[e].idle.load(Ordering::SeqCst))
+        {
+            handoffs[executor].parker.notify();
+        }
+    }
+
+    /// Steals one activity `context` can run from another shard into
+    /// `thief`'s and returns the call to make, if any shard had one.
+    fn steal_for(
+        &self,
+        thief: usize,
+        context: &ExecutorContext,
+        actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
+    ) -> Option<Work<Box<dyn Activity>>> {
+        let shards = self.shards.len();
+        for step in 1..shards {
+            let victim = (thief + step) % shards;
+            if self.shards[victim].queued.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            let mut stolen = self.session(victim, Counted::NetZero, actions, |core| {
+                core.steal(context, 1, Place(thief as u64))
+            });
+            if stolen.is_empty() {
+                continue;
+            }
+            for activity in &mut stolen {
+                activity.trail.push(Place(victim as u64));
+            }
+            return self.session(thief, Counted::NetZero, actions, |core| {
+                for activity in stolen {
+                    let id = activity.id;
+                    if let Err(error) = core.accept(0, activity) {
+                        tracing::error!(%id, %error, "stolen activity refused");
+                    }
+                }
+                core.next_work(0)
+            });
+        }
+        None
     }
 
     fn now_ns(&self) -> u64 {
         self.started.elapsed().as_nanos() as u64
     }
+
+    fn counts(&self) -> Counts {
+        let mut counts = self
+            .shards
+            .iter()
+            .map(|shard| shard.core.lock().counts())
+            .fold(Counts::default(), Counts::merge);
+        counts.undeliverable += self.undeliverable.load(Ordering::Relaxed);
+        counts
+    }
+}
+
+fn outstanding_in(core: &Scheduler<Box<dyn Activity>>) -> usize {
+    let counts = core.counts();
+    counts.queued + counts.running + counts.ready
 }
 
 /// A pool of executor threads in this process.
@@ -313,30 +499,53 @@ impl Pool {
     /// [`submit`](Self::submit) for an activity that is already boxed.
     pub fn submit_boxed(&self, activity: Box<dyn Activity>) -> Result<ActivityId, SubmitError> {
         let shared = &self.shared;
-        let id = shared.issue_outside_id();
         let contexts = activity.context();
-        shared.matcher.check(id, &contexts, None)?;
+        let Some(target) = self.choose_executor(&contexts) else {
+            return Err(shared
+                .matcher
+                .check(self.address, &contexts, None)
+                .expect_err("no executor matched, so the check refuses"));
+        };
+        let counter = shared.shards[target]
+            .outside_ids
+            .fetch_add(1, Ordering::Relaxed);
+        let id = ActivityId::in_slot(shared.node, outside_slot(target), counter);
         let submission = Submission {
             id,
-            contexts,
+            contexts: contexts.clone(),
             stealable: activity.may_be_stolen(),
             body: activity,
         };
-        shared.inbox.lock().push(submission);
-        shared.inbox_pending.store(true, Ordering::SeqCst);
-        // Spinning executors watch `inbox_pending`; parked ones announce
-        // themselves first and look again (see `executor_main`), so either
-        // an executor sees this submission or we see it idle and hand it over.
-        if shared.idle_executors.load(Ordering::SeqCst) > 0 {
-            let mut actions = Vec::new();
-            {
-                let mut core = shared.core.lock();
-                shared.drain_inbox(&mut core);
-                actions.extend(std::iter::from_fn(|| core.poll_action()));
-            }
-            shared.perform(&mut actions);
+        let mut actions = Vec::new();
+        shared.session(target, Counted::Yes, &mut actions, |core| {
+            core.submit(Origin::Outside, submission)
+        })?;
+        let handed_over = actions
+            .iter()
+            .any(|(_, action)| matches!(action, Action::Run { .. }));
+        shared.perform(&mut actions);
+        if !handed_over {
+            shared.wake_idle_for(&contexts, target);
         }
         Ok(id)
+    }
+
+    /// An idle executor that can run `contexts`, or else the next of those
+    /// that can, round-robin. `None` if none can.
+    fn choose_executor(&self, contexts: &ContextList) -> Option<usize> {
+        let shared = &self.shared;
+        let candidates = || shared.matcher.executors_for(contexts);
+        if shared.idle_count.load(Ordering::Relaxed) > 0 {
+            let handoffs = shared.handoffs();
+            if let Some(idle) = candidates().find(|&e| handoffs[e].idle.load(Ordering::Relaxed)) {
+                return Some(idle);
+            }
+        }
+        let count = candidates().count();
+        if count == 0 {
+            return None;
+        }
+        candidates().nth(shared.round_robin.fetch_add(1, Ordering::Relaxed) % count)
     }
 
     /// Sends `value` to activity `target` from the main program. Fails,
@@ -346,24 +555,36 @@ impl Pool {
         target: ActivityId,
         value: T,
     ) -> Result<(), Box<Undeliverable>> {
+        let shared = &self.shared;
+        let mut event = Event::new(self.address, target, value);
         let mut actions = Vec::new();
-        let delivered = {
-            let mut core = self.shared.core.lock();
-            // The target may still be in the inbox.
-            self.shared.drain_inbox(&mut core);
-            let delivered = core.deliver(Event::new(self.address, target, value));
-            actions.extend(std::iter::from_fn(|| core.poll_action()));
-            delivered
+        let mut at = shared.home_of(target);
+        let outcome = loop {
+            let Some(shard) = at else {
+                shared.undeliverable.fetch_add(1, Ordering::Relaxed);
+                break Err(Box::new(Undeliverable {
+                    event,
+                    reason: UndeliverableReason::NoSuchActivity,
+                }));
+            };
+            match shared.session(shard, Counted::Yes, &mut actions, |core| {
+                core.deliver(event)
+            }) {
+                Ok(()) => break Ok(()),
+                Err(DeliveryError::Moved { event: moved, to }) => {
+                    event = moved;
+                    at = Some(to.0 as usize);
+                }
+                Err(DeliveryError::Undeliverable(undeliverable)) => break Err(undeliverable),
+            }
         };
-        self.shared.perform(&mut actions);
-        delivered
+        shared.perform(&mut actions);
+        outcome
     }
 
-    /// The scheduler's counts right now.
+    /// The schedulers' counts right now, summed over executors.
     pub fn counts(&self) -> Counts {
-        let mut core = self.shared.core.lock();
-        self.shared.drain_inbox(&mut core);
-        core.counts()
+        self.shared.counts()
     }
 
     /// Waits until all work is finished, then stops the executors.
@@ -373,28 +594,18 @@ impl Pool {
     pub fn done(mut self) -> Result<RunSummary, DoneError> {
         {
             let mut guard = self.shared.quiescence.lock();
-            loop {
-                let mut actions = Vec::new();
-                let quiescent = {
-                    let mut core = self.shared.core.lock();
-                    self.shared.drain_inbox(&mut core);
-                    actions.extend(std::iter::from_fn(|| core.poll_action()));
-                    core.is_quiescent()
-                };
-                if quiescent {
-                    break;
-                }
-                // A quiescence notice would take the lock this loop holds,
-                // and the loop checks quiescence itself.
-                actions.retain(|action| !matches!(action, Action::Quiescent { .. }));
-                self.shared.perform(&mut actions);
+            while self.shared.outstanding.load(Ordering::SeqCst) != 0 {
                 self.shared.quiescent.wait(&mut guard);
             }
         }
-        let (counts, examples) = {
-            let core = self.shared.core.lock();
-            (core.counts(), core.suspended_ids(5))
-        };
+        let counts = self.shared.counts();
+        let examples: Vec<ActivityId> = self
+            .shared
+            .shards
+            .iter()
+            .flat_map(|shard| shard.core.lock().suspended_ids(5))
+            .take(5)
+            .collect();
         let trace = self.stop();
         let summary = RunSummary {
             counts,
@@ -413,8 +624,8 @@ impl Pool {
     }
 
     fn stop(&mut self) -> Vec<TraceRecord> {
-        self.shared.shutdown.store(true, Ordering::Release);
-        for handoff in self.shared.parkers() {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for handoff in self.shared.handoffs() {
             handoff.parker.notify();
         }
         let mut trace = Vec::new();
@@ -435,20 +646,41 @@ impl Drop for Pool {
 }
 
 fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) -> Vec<TraceRecord> {
-    let mut ids = IdIssuer::new(shared.node, (index + 1) as u16);
+    let mut ids = IdIssuer::new(shared.node, own_slot(index));
     let mut outbox = Outbox::default();
     let mut actions = Vec::new();
+    let mut away = Vec::new();
     let mut finished: Option<(Ticket, Outcome<Box<dyn Activity>>)> = None;
     let mut trace = Vec::new();
     loop {
-        let work = {
-            let mut core = shared.core.lock();
-            shared.drain_inbox(&mut core);
+        // Events for other shards go first: each delivery only adds work,
+        // so the count of outstanding work cannot touch zero before this
+        // call's own completion is counted below.
+        away.extend(
+            outbox
+                .sent
+                .extract_if(.., |event| shared.home_of(event.target) != Some(index)),
+        );
+        for event in away.drain(..) {
+            shared.route(event, &mut actions);
+        }
+        let children: Vec<ContextList> = if shared.idle_count.load(Ordering::Relaxed) > 0 {
+            outbox
+                .submitted
+                .iter()
+                .map(|s| s.contexts.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Work handed over while this executor was busy comes first.
+        let handed = shared.handoffs()[index].mailbox.lock().take();
+        let work = shared.session(index, Counted::Yes, &mut actions, |core| {
             for submission in outbox.submitted.drain(..) {
                 let id = submission.id;
                 // `ActivityCx::submit` already refused unmatchable work, so
                 // this only fails on an id collision, which is a bug.
-                if let Err(error) = core.submit(Origin::Executor(index), submission) {
+                if let Err(error) = core.submit(Origin::Executor(0), submission) {
                     tracing::error!(%id, %error, "submission refused by the scheduler");
                 }
             }
@@ -458,44 +690,21 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             if let Some((ticket, outcome)) = finished.take() {
                 core.complete(ticket, outcome);
             }
-            let work = core.next_work(index);
-            actions.extend(std::iter::from_fn(|| core.poll_action()));
-            work
-        };
-        if !actions.is_empty() {
-            shared.perform(&mut actions);
+            if handed.is_some() {
+                return handed;
+            }
+            core.next_work(0)
+        });
+        shared.perform(&mut actions);
+        for contexts in &children {
+            shared.wake_idle_for(contexts, index);
         }
         let work = match work {
             Some(work) => work,
-            None => {
-                if shared.shutdown.load(Ordering::Acquire) {
-                    return trace;
-                }
-                let handoff = &shared.parkers()[index];
-                let inbox_pending = || shared.inbox_pending.load(Ordering::Relaxed);
-                match handoff.parker.spin(inbox_pending) {
-                    Spin::Notified => {}
-                    Spin::OtherWork => continue,
-                    Spin::TimedOut => {
-                        // Announce, then look at the inbox once more: pairs
-                        // with `Pool::submit_boxed`, so either this thread
-                        // sees the submission or the submitter sees it idle.
-                        shared.idle_executors.fetch_add(1, Ordering::SeqCst);
-                        if shared.inbox_pending.load(Ordering::SeqCst) {
-                            shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
-                            continue;
-                        }
-                        handoff.parker.park();
-                        shared.idle_executors.fetch_sub(1, Ordering::SeqCst);
-                    }
-                }
-                let handed = handoff.mailbox.lock().take();
-                match handed {
-                    Some(work) => work,
-                    None if shared.shutdown.load(Ordering::Acquire) => return trace,
-                    None => continue,
-                }
-            }
+            None => match wait_for_work(&shared, index, &context, &mut actions) {
+                Some(work) => work,
+                None => return trace,
+            },
         };
         finished = Some(run_call(
             &shared,
@@ -507,6 +716,60 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             &mut trace,
         ));
     }
+}
+
+/// What an executor does when its own shard has nothing: take work handed
+/// to it, steal, or announce itself idle and wait. `None` means shut down.
+fn wait_for_work(
+    shared: &Shared,
+    index: usize,
+    context: &ExecutorContext,
+    actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
+) -> Option<Work<Box<dyn Activity>>> {
+    let handoff = &shared.handoffs()[index];
+    let mut announced = false;
+    let found = loop {
+        if let Some(work) = handoff.mailbox.lock().take() {
+            break Some(work);
+        }
+        let stolen = shared.steal_for(index, context, actions);
+        shared.perform(actions);
+        if stolen.is_some() {
+            break stolen;
+        }
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break None;
+        }
+        if !announced {
+            // Announce, then look once more before waiting: pairs with
+            // `wake_idle_for`, so either we see new work or its submitter
+            // sees us idle.
+            handoff.idle.store(true, Ordering::SeqCst);
+            shared.idle_count.fetch_add(1, Ordering::SeqCst);
+            announced = true;
+            continue;
+        }
+        let queued_elsewhere: Vec<usize> = shared
+            .shards
+            .iter()
+            .map(|s| s.queued.load(Ordering::Relaxed))
+            .collect();
+        let changed = || {
+            shared
+                .shards
+                .iter()
+                .zip(&queued_elsewhere)
+                .any(|(shard, &seen)| shard.queued.load(Ordering::Relaxed) > seen)
+        };
+        if handoff.parker.spin(changed) == Spin::TimedOut {
+            handoff.parker.park();
+        }
+    };
+    if announced {
+        handoff.idle.store(false, Ordering::SeqCst);
+        shared.idle_count.fetch_sub(1, Ordering::SeqCst);
+    }
+    found
 }
 
 fn run_call(
