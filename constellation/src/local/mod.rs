@@ -137,6 +137,8 @@ impl PoolBuilder {
                     vec![context.clone()],
                     matcher.clone(),
                 ))),
+                inbox: CachePadded(Mutex::new(Vec::new())),
+                inbox_pending: CachePadded(AtomicBool::new(false)),
                 queued: CachePadded(AtomicUsize::new(0)),
                 outside_ids: CachePadded(AtomicU64::new(0)),
             })
@@ -231,6 +233,10 @@ pub struct RunSummary {
 /// One executor's scheduler and what other threads may read without its lock.
 struct Shard {
     core: CachePadded<Mutex<Scheduler<Box<dyn Activity>>>>,
+    /// Outside submissions not yet in `core`; every session drains it first,
+    /// so a main program that submits in a loop never waits for `core`.
+    inbox: CachePadded<Mutex<Vec<Submission<Box<dyn Activity>>>>>,
+    inbox_pending: CachePadded<AtomicBool>,
     /// Never-started activities in the shard, for thieves deciding where to look.
     queued: CachePadded<AtomicUsize>,
     /// Counter for ids of outside submissions this shard receives.
@@ -296,8 +302,12 @@ impl Shared {
         (id.origin() == self.node && shard < self.shards.len()).then_some(shard)
     }
 
-    /// Runs `operate` on shard `index`'s scheduler and collects what it asks
-    /// for into `actions`, keeping the count of outstanding work up to date.
+    /// Runs `operate` on shard `index`'s scheduler, after moving the shard's
+    /// inbox into it, and collects what it asks for into `actions`.
+    ///
+    /// A counted session changes the count of outstanding work before it
+    /// releases the shard: new work must be counted before another thread
+    /// can see it, finish it and count it down.
     fn session<R>(
         &self,
         index: usize,
@@ -308,6 +318,8 @@ impl Shared {
         let shard = &self.shards[index];
         let mut core = shard.core.lock();
         let before = outstanding_in(&core);
+        // Outside submissions were counted when they entered the inbox.
+        let drained = self.drain_inbox(shard, &mut core) as i64;
         let result = operate(&mut core);
         let after = outstanding_in(&core);
         let mut in_transit = 0;
@@ -321,11 +333,36 @@ impl Shared {
         if shard.queued.load(Ordering::Relaxed) != queued {
             shard.queued.store(queued, Ordering::SeqCst);
         }
-        drop(core);
         if counted == Counted::Yes {
-            self.add_outstanding(after as i64 - before as i64 + in_transit);
+            self.add_outstanding(after as i64 - before as i64 - drained + in_transit);
         }
+        drop(core);
         result
+    }
+
+    fn drain_inbox(&self, shard: &Shard, core: &mut Scheduler<Box<dyn Activity>>) -> usize {
+        // Load first: a swap would write the shared line on every session.
+        if !shard.inbox_pending.load(Ordering::SeqCst)
+            || !shard.inbox_pending.swap(false, Ordering::SeqCst)
+        {
+            return 0;
+        }
+        let batch = std::mem::take(&mut *shard.inbox.lock());
+        let drained = batch.len();
+        for submission in batch {
+            let id = submission.id;
+            // Matchability was checked at `Pool::submit`; ids are fresh.
+            if let Err(error) = core.submit(Origin::Outside, submission) {
+                tracing::error!(%id, %error, "submission refused by the scheduler");
+            }
+        }
+        drained
+    }
+
+    /// Whether shard `index` may have work a thief could take.
+    fn may_have_work(&self, index: usize) -> bool {
+        let shard = &self.shards[index];
+        shard.queued.load(Ordering::SeqCst) > 0 || shard.inbox_pending.load(Ordering::SeqCst)
     }
 
     fn add_outstanding(&self, delta: i64) {
@@ -422,7 +459,7 @@ impl Shared {
         let shards = self.shards.len();
         for step in 1..shards {
             let victim = (thief + step) % shards;
-            if self.shards[victim].queued.load(Ordering::SeqCst) == 0 {
+            if !self.may_have_work(victim) {
                 continue;
             }
             let mut stolen = self.session(victim, Counted::NetZero, actions, |core| {
@@ -500,15 +537,18 @@ impl Pool {
     pub fn submit_boxed(&self, activity: Box<dyn Activity>) -> Result<ActivityId, SubmitError> {
         let shared = &self.shared;
         let contexts = activity.context();
-        let Some(target) = self.choose_executor(&contexts) else {
+        let candidates = || shared.matcher.executors_for(&contexts);
+        let count = candidates().count();
+        if count == 0 {
             return Err(shared
                 .matcher
                 .check(self.address, &contexts, None)
                 .expect_err("no executor matched, so the check refuses"));
-        };
-        let counter = shared.shards[target]
-            .outside_ids
-            .fetch_add(1, Ordering::Relaxed);
+        }
+        let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed) % count;
+        let target = candidates().nth(turn).expect("turn is below count");
+        let shard = &shared.shards[target];
+        let counter = shard.outside_ids.fetch_add(1, Ordering::Relaxed);
         let id = ActivityId::in_slot(shared.node, outside_slot(target), counter);
         let submission = Submission {
             id,
@@ -516,36 +556,19 @@ impl Pool {
             stealable: activity.may_be_stolen(),
             body: activity,
         };
-        let mut actions = Vec::new();
-        shared.session(target, Counted::Yes, &mut actions, |core| {
-            core.submit(Origin::Outside, submission)
-        })?;
-        let handed_over = actions
-            .iter()
-            .any(|(_, action)| matches!(action, Action::Run { .. }));
-        shared.perform(&mut actions);
-        if !handed_over {
+        // Counted before anyone can see it, let alone finish it.
+        shared.add_outstanding(1);
+        shard.inbox.lock().push(submission);
+        shard.inbox_pending.store(true, Ordering::SeqCst);
+        // Spinning executors watch inboxes; parked ones must be woken. Pairs
+        // with the announce-then-look-again in `wait_for_work`.
+        let handoff = &shared.handoffs()[target];
+        if handoff.idle.load(Ordering::SeqCst) {
+            handoff.parker.notify();
+        } else {
             shared.wake_idle_for(&contexts, target);
         }
         Ok(id)
-    }
-
-    /// An idle executor that can run `contexts`, or else the next of those
-    /// that can, round-robin. `None` if none can.
-    fn choose_executor(&self, contexts: &ContextList) -> Option<usize> {
-        let shared = &self.shared;
-        let candidates = || shared.matcher.executors_for(contexts);
-        if shared.idle_count.load(Ordering::Relaxed) > 0 {
-            let handoffs = shared.handoffs();
-            if let Some(idle) = candidates().find(|&e| handoffs[e].idle.load(Ordering::Relaxed)) {
-                return Some(idle);
-            }
-        }
-        let count = candidates().count();
-        if count == 0 {
-            return None;
-        }
-        candidates().nth(shared.round_robin.fetch_add(1, Ordering::Relaxed) % count)
     }
 
     /// Sends `value` to activity `target` from the main program. Fails,
@@ -559,6 +582,8 @@ impl Pool {
         let mut event = Event::new(self.address, target, value);
         let mut actions = Vec::new();
         let mut at = shared.home_of(target);
+        // The event counts as outstanding work until it is delivered.
+        shared.add_outstanding(1);
         let outcome = loop {
             let Some(shard) = at else {
                 shared.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -579,6 +604,7 @@ impl Pool {
             }
         };
         shared.perform(&mut actions);
+        shared.add_outstanding(-1);
         outcome
     }
 
@@ -702,8 +728,9 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
         let work = match work {
             Some(work) => work,
             None => match wait_for_work(&shared, index, &context, &mut actions) {
-                Some(work) => work,
-                None => return trace,
+                Found::Work(work) => work,
+                Found::OwnInbox => continue,
+                Found::Shutdown => return trace,
             },
         };
         finished = Some(run_call(
@@ -718,53 +745,72 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
     }
 }
 
+/// What an idle executor found.
+enum Found {
+    /// A call to make.
+    Work(Work<Box<dyn Activity>>),
+    /// Outside submissions arrived in its own shard's inbox.
+    OwnInbox,
+    /// The pool is shutting down.
+    Shutdown,
+}
+
 /// What an executor does when its own shard has nothing: take work handed
-/// to it, steal, or announce itself idle and wait. `None` means shut down.
+/// to it, steal, spin a little, and at last announce itself idle and park.
 fn wait_for_work(
     shared: &Shared,
     index: usize,
     context: &ExecutorContext,
     actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
-) -> Option<Work<Box<dyn Activity>>> {
+) -> Found {
     let handoff = &shared.handoffs()[index];
+    let own = &shared.shards[index];
     let mut announced = false;
-    let found = loop {
-        if let Some(work) = handoff.mailbox.lock().take() {
-            break Some(work);
-        }
-        let stolen = shared.steal_for(index, context, actions);
-        shared.perform(actions);
-        if stolen.is_some() {
-            break stolen;
-        }
-        if shared.shutdown.load(Ordering::SeqCst) {
-            break None;
-        }
-        if !announced {
-            // Announce, then look once more before waiting: pairs with
-            // `wake_idle_for`, so either we see new work or its submitter
-            // sees us idle.
-            handoff.idle.store(true, Ordering::SeqCst);
-            shared.idle_count.fetch_add(1, Ordering::SeqCst);
-            announced = true;
-            continue;
-        }
-        let queued_elsewhere: Vec<usize> = shared
-            .shards
-            .iter()
-            .map(|s| s.queued.load(Ordering::Relaxed))
-            .collect();
-        let changed = || {
-            shared
+    let found =
+        loop {
+            if let Some(work) = handoff.mailbox.lock().take() {
+                break Found::Work(work);
+            }
+            if own.inbox_pending.load(Ordering::SeqCst) {
+                break Found::OwnInbox;
+            }
+            let stolen = shared.steal_for(index, context, actions);
+            shared.perform(actions);
+            if let Some(work) = stolen {
+                break Found::Work(work);
+            }
+            if shared.shutdown.load(Ordering::SeqCst) {
+                break Found::Shutdown;
+            }
+            if announced {
+                handoff.parker.park();
+                continue;
+            }
+            let seen: Vec<usize> = shared
                 .shards
                 .iter()
-                .zip(&queued_elsewhere)
-                .any(|(shard, &seen)| shard.queued.load(Ordering::Relaxed) > seen)
+                .map(|shard| shard.queued.load(Ordering::Relaxed))
+                .collect();
+            let news =
+                || {
+                    own.inbox_pending.load(Ordering::Relaxed)
+                        || shared.shards.iter().zip(&seen).enumerate().any(
+                            |(victim, (shard, &was))| {
+                                victim != index
+                                    && (shard.queued.load(Ordering::Relaxed) > was
+                                        || shard.inbox_pending.load(Ordering::Relaxed))
+                            },
+                        )
+                };
+            if handoff.parker.spin(news) == Spin::TimedOut {
+                // Announce, then look once more before parking: pairs with
+                // `Pool::submit_boxed` and `wake_idle_for`, so either this thread
+                // sees new work or whoever made it sees this one idle.
+                handoff.idle.store(true, Ordering::SeqCst);
+                shared.idle_count.fetch_add(1, Ordering::SeqCst);
+                announced = true;
+            }
         };
-        if handoff.parker.spin(changed) == Spin::TimedOut {
-            handoff.parker.park();
-        }
-    };
     if announced {
         handoff.idle.store(false, Ordering::SeqCst);
         shared.idle_count.fetch_sub(1, Ordering::SeqCst);
