@@ -503,3 +503,129 @@ fn work_submitted_on_a_cpu_executor_reaches_the_gpu_executor() {
         .all(|executor| executor == "GPU"));
     pool.done().unwrap();
 }
+
+/// Many short runs, each checked exactly: a pool that declared itself done
+/// while work was still moving between executors would finish fewer
+/// activities than submitted, lose a result, or report a stall.
+/// `STRESS_ROUNDS` raises the number of runs (default 40).
+#[test]
+fn repeated_runs_finish_exactly_what_they_started() {
+    let rounds: u32 = std::env::var("STRESS_ROUNDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(40);
+    for round in 0..rounds {
+        let executors = 2 + (round % 4) as usize;
+        let pool = Pool::builder().executors(executors).start().unwrap();
+        let (collector, results) = MultiEventCollector::new(3);
+        let sink = pool.submit(collector).unwrap();
+        pool.submit(Fib::new(12 + round % 5, sink)).unwrap();
+        pool.submit(ForkJoin::new(50, sink)).unwrap();
+        pool.submit(Fib::new(10, sink)).unwrap();
+        // Trivial work racing the rest from outside.
+        for _ in 0..100 {
+            pool.submit(Trivial).unwrap();
+        }
+        let values: Vec<u64> = results
+            .wait_timeout(PATIENCE)
+            .unwrap()
+            .into_iter()
+            .map(|event| event.take().unwrap())
+            .collect();
+        assert_eq!(values.len(), 3);
+        let summary = pool.done().unwrap();
+        let expected = fib_activities(12 + round % 5) + fib_activities(10) + 51 + 100 + 1;
+        assert_eq!(summary.counts.finished, expected, "round {round}");
+        assert_eq!(summary.counts.live, 0);
+    }
+}
+
+/// Sleeps, then submits `children` sleepers that report where they ran.
+#[derive(Serialize, Deserialize)]
+struct SlowParent {
+    children: usize,
+    reply_to: constellation::ActivityId,
+}
+
+#[typetag::serde]
+impl Activity for SlowParent {
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        // Long enough for every other executor to stop spinning and park.
+        std::thread::sleep(Duration::from_millis(20));
+        for i in 0..self.children {
+            cx.submit(Sleeper {
+                name: format!("child-{i}"),
+                reply_to: self.reply_to,
+            })
+            .unwrap();
+        }
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        Step::Finish
+    }
+}
+
+/// Sleeps 30 ms and reports the executor index it ran on.
+#[derive(Serialize, Deserialize)]
+struct Sleeper {
+    name: String,
+    reply_to: constellation::ActivityId,
+}
+
+#[typetag::serde]
+impl Activity for Sleeper {
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        std::thread::sleep(Duration::from_millis(30));
+        cx.send(self.reply_to, cx.executor_index() as u64);
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        Step::Finish
+    }
+}
+
+#[test]
+fn parked_executors_wake_to_steal_new_children() {
+    let pool = Pool::builder().executors(4).start().unwrap();
+    let (collector, results) = MultiEventCollector::new(8);
+    let reply_to = pool.submit(collector).unwrap();
+    pool.submit(SlowParent {
+        children: 8,
+        reply_to,
+    })
+    .unwrap();
+    let executors: std::collections::BTreeSet<u64> = results
+        .wait_timeout(PATIENCE)
+        .unwrap()
+        .into_iter()
+        .map(|event| event.take().unwrap())
+        .collect();
+    // 8 × 30 ms of sleeping: one executor alone would take 240 ms; the
+    // parked ones must have been woken to share it.
+    assert!(
+        executors.len() >= 3,
+        "children ran on executors {executors:?}"
+    );
+    pool.done().unwrap();
+}
+
+#[test]
+fn outside_submissions_after_a_pause_wake_parked_executors() {
+    let pool = Pool::builder().executors(3).start().unwrap();
+    let (collector, results) = MultiEventCollector::new(6);
+    let reply_to = pool.submit(collector).unwrap();
+    for i in 0..6 {
+        // Every executor has parked by the time the next one arrives.
+        std::thread::sleep(Duration::from_millis(5));
+        pool.submit(Sleeper {
+            name: format!("late-{i}"),
+            reply_to,
+        })
+        .unwrap();
+    }
+    assert_eq!(results.wait_timeout(PATIENCE).unwrap().len(), 6);
+    pool.done().unwrap();
+}

@@ -250,6 +250,9 @@ struct Record<T> {
     stealable: bool,
     pending: VecDeque<Event>,
     /// Places with forwarding pointers to this activity, if it was stolen.
+    /// A thin pointer, not a `Vec`: most activities are never stolen, and
+    /// every queued activity pays for this field (see `queued_bytes`).
+    #[allow(clippy::box_collection)]
     trail: Option<Box<Vec<Place>>>,
 }
 

@@ -74,6 +74,12 @@ use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::trace::{CallEnd, CallKind, TraceRecord};
 use park::{CachePadded, Parker, Spin};
 
+/// An activity as the local driver stores it.
+type Boxed = Box<dyn Activity>;
+
+/// What a scheduler session asked for, with the shard that asked.
+type ShardActions = Vec<(usize, Action<Boxed>)>;
+
 /// Executors one pool supports: each uses two of the 65,536 id issuer slots.
 const MAX_EXECUTORS: usize = 32_767;
 
@@ -232,10 +238,10 @@ pub struct RunSummary {
 
 /// One executor's scheduler and what other threads may read without its lock.
 struct Shard {
-    core: CachePadded<Mutex<Scheduler<Box<dyn Activity>>>>,
+    core: CachePadded<Mutex<Scheduler<Boxed>>>,
     /// Outside submissions not yet in `core`; every session drains it first,
     /// so a main program that submits in a loop never waits for `core`.
-    inbox: CachePadded<Mutex<Vec<Submission<Box<dyn Activity>>>>>,
+    inbox: CachePadded<Mutex<Vec<Submission<Boxed>>>>,
     inbox_pending: CachePadded<AtomicBool>,
     /// Never-started activities in the shard, for thieves deciding where to look.
     queued: CachePadded<AtomicUsize>,
@@ -247,7 +253,7 @@ struct Shard {
 /// driver leaves it in the mailbox and wakes the thread.
 struct Handoff {
     parker: CachePadded<Parker>,
-    mailbox: CachePadded<Mutex<Option<Work<Box<dyn Activity>>>>>,
+    mailbox: CachePadded<Mutex<Option<Work<Boxed>>>>,
     /// Set while the executor has nothing to do and waits to be woken.
     idle: CachePadded<AtomicBool>,
 }
@@ -312,8 +318,8 @@ impl Shared {
         &self,
         index: usize,
         counted: Counted,
-        actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
-        operate: impl FnOnce(&mut Scheduler<Box<dyn Activity>>) -> R,
+        actions: &mut ShardActions,
+        operate: impl FnOnce(&mut Scheduler<Boxed>) -> R,
     ) -> R {
         let shard = &self.shards[index];
         let mut core = shard.core.lock();
@@ -340,7 +346,7 @@ impl Shared {
         result
     }
 
-    fn drain_inbox(&self, shard: &Shard, core: &mut Scheduler<Box<dyn Activity>>) -> usize {
+    fn drain_inbox(&self, shard: &Shard, core: &mut Scheduler<Boxed>) -> usize {
         // Load first: a swap would write the shared line on every session.
         if !shard.inbox_pending.load(Ordering::SeqCst)
             || !shard.inbox_pending.swap(false, Ordering::SeqCst)
@@ -376,7 +382,7 @@ impl Shared {
     }
 
     /// Carries out what schedulers asked for. Forwarded events may ask for more.
-    fn perform(&self, actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>) {
+    fn perform(&self, actions: &mut ShardActions) {
         while let Some((shard, action)) = actions.pop() {
             match action {
                 Action::Run { work, .. } => {
@@ -418,7 +424,7 @@ impl Shared {
     }
 
     /// Sends an event towards its target's home shard.
-    fn route(&self, event: Event, actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>) {
+    fn route(&self, event: Event, actions: &mut ShardActions) {
         match self.home_of(event.target) {
             Some(home) => self.session(home, Counted::Yes, actions, |core| {
                 core.deliver_or_report(event)
@@ -438,14 +444,26 @@ impl Shared {
         if self.idle_count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let handoffs = self.handoffs();
         if let Some(executor) = self
             .matcher
             .executors_for(contexts)
-            .find(|&e| e != besides && handoffs[e].idle.load(Ordering::SeqCst))
+            .find(|&e| e != besides && self.claim_idle(e))
         {
-            handoffs[executor].parker.notify();
+            self.handoffs()[executor].parker.notify();
         }
+    }
+
+    /// Takes `executor` off the idle list if it is on it, so that the next
+    /// wake-up goes to another one. Whoever claims it must notify it.
+    fn claim_idle(&self, executor: usize) -> bool {
+        let claimed = self.handoffs()[executor]
+            .idle
+            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if claimed {
+            self.idle_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        claimed
     }
 
     /// Steals one activity `context` can run from another shard into
@@ -454,8 +472,8 @@ impl Shared {
         &self,
         thief: usize,
         context: &ExecutorContext,
-        actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
-    ) -> Option<Work<Box<dyn Activity>>> {
+        actions: &mut ShardActions,
+    ) -> Option<Work<Boxed>> {
         let shards = self.shards.len();
         for step in 1..shards {
             let victim = (thief + step) % shards;
@@ -499,7 +517,7 @@ impl Shared {
     }
 }
 
-fn outstanding_in(core: &Scheduler<Box<dyn Activity>>) -> usize {
+fn outstanding_in(core: &Scheduler<Boxed>) -> usize {
     let counts = core.counts();
     counts.queued + counts.running + counts.ready
 }
@@ -534,7 +552,7 @@ impl Pool {
     }
 
     /// [`submit`](Self::submit) for an activity that is already boxed.
-    pub fn submit_boxed(&self, activity: Box<dyn Activity>) -> Result<ActivityId, SubmitError> {
+    pub fn submit_boxed(&self, activity: Boxed) -> Result<ActivityId, SubmitError> {
         let shared = &self.shared;
         let contexts = activity.context();
         let candidates = || shared.matcher.executors_for(&contexts);
@@ -562,9 +580,8 @@ impl Pool {
         shard.inbox_pending.store(true, Ordering::SeqCst);
         // Spinning executors watch inboxes; parked ones must be woken. Pairs
         // with the announce-then-look-again in `wait_for_work`.
-        let handoff = &shared.handoffs()[target];
-        if handoff.idle.load(Ordering::SeqCst) {
-            handoff.parker.notify();
+        if shared.claim_idle(target) {
+            shared.handoffs()[target].parker.notify();
         } else {
             shared.wake_idle_for(&contexts, target);
         }
@@ -676,7 +693,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
     let mut outbox = Outbox::default();
     let mut actions = Vec::new();
     let mut away = Vec::new();
-    let mut finished: Option<(Ticket, Outcome<Box<dyn Activity>>)> = None;
+    let mut finished: Option<(Ticket, Outcome<Boxed>)> = None;
     let mut trace = Vec::new();
     loop {
         // Events for other shards go first: each delivery only adds work,
@@ -748,7 +765,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
 /// What an idle executor found.
 enum Found {
     /// A call to make.
-    Work(Work<Box<dyn Activity>>),
+    Work(Work<Boxed>),
     /// Outside submissions arrived in its own shard's inbox.
     OwnInbox,
     /// The pool is shutting down.
@@ -761,7 +778,7 @@ fn wait_for_work(
     shared: &Shared,
     index: usize,
     context: &ExecutorContext,
-    actions: &mut Vec<(usize, Action<Box<dyn Activity>>)>,
+    actions: &mut ShardActions,
 ) -> Found {
     let handoff = &shared.handoffs()[index];
     let own = &shared.shards[index];
@@ -784,6 +801,8 @@ fn wait_for_work(
             }
             if announced {
                 handoff.parker.park();
+                // A waker that claimed this executor took it off the idle list.
+                announced = handoff.idle.load(Ordering::SeqCst);
                 continue;
             }
             let seen: Vec<usize> = shared
@@ -812,8 +831,7 @@ fn wait_for_work(
             }
         };
     if announced {
-        handoff.idle.store(false, Ordering::SeqCst);
-        shared.idle_count.fetch_sub(1, Ordering::SeqCst);
+        shared.claim_idle(index);
     }
     found
 }
@@ -824,9 +842,9 @@ fn run_call(
     context: &ExecutorContext,
     ids: &mut IdIssuer,
     outbox: &mut Outbox,
-    work: Work<Box<dyn Activity>>,
+    work: Work<Boxed>,
     trace: &mut Vec<TraceRecord>,
-) -> (Ticket, Outcome<Box<dyn Activity>>) {
+) -> (Ticket, Outcome<Boxed>) {
     let Work {
         ticket,
         mut body,
