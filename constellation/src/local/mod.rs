@@ -783,53 +783,52 @@ fn wait_for_work(
     let handoff = &shared.handoffs()[index];
     let own = &shared.shards[index];
     let mut announced = false;
-    let found =
-        loop {
-            if let Some(work) = handoff.mailbox.lock().take() {
-                break Found::Work(work);
-            }
-            if own.inbox_pending.load(Ordering::SeqCst) {
-                break Found::OwnInbox;
-            }
-            let stolen = shared.steal_for(index, context, actions);
-            shared.perform(actions);
-            if let Some(work) = stolen {
-                break Found::Work(work);
-            }
-            if shared.shutdown.load(Ordering::SeqCst) {
-                break Found::Shutdown;
-            }
-            if announced {
-                handoff.parker.park();
-                // A waker that claimed this executor took it off the idle list.
-                announced = handoff.idle.load(Ordering::SeqCst);
-                continue;
-            }
-            let seen: Vec<usize> = shared
-                .shards
-                .iter()
-                .map(|shard| shard.queued.load(Ordering::Relaxed))
-                .collect();
-            let news =
-                || {
-                    own.inbox_pending.load(Ordering::Relaxed)
-                        || shared.shards.iter().zip(&seen).enumerate().any(
-                            |(victim, (shard, &was))| {
-                                victim != index
-                                    && (shard.queued.load(Ordering::Relaxed) > was
-                                        || shard.inbox_pending.load(Ordering::Relaxed))
-                            },
-                        )
-                };
-            if handoff.parker.spin(news) == Spin::TimedOut {
-                // Announce, then look once more before parking: pairs with
-                // `Pool::submit_boxed` and `wake_idle_for`, so either this thread
-                // sees new work or whoever made it sees this one idle.
-                handoff.idle.store(true, Ordering::SeqCst);
-                shared.idle_count.fetch_add(1, Ordering::SeqCst);
-                announced = true;
-            }
+    let found = loop {
+        if let Some(work) = handoff.mailbox.lock().take() {
+            break Found::Work(work);
+        }
+        if own.inbox_pending.load(Ordering::SeqCst) {
+            break Found::OwnInbox;
+        }
+        let stolen = shared.steal_for(index, context, actions);
+        shared.perform(actions);
+        if let Some(work) = stolen {
+            break Found::Work(work);
+        }
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break Found::Shutdown;
+        }
+        if announced {
+            handoff.parker.park();
+            // A waker that claimed this executor took it off the idle list.
+            announced = handoff.idle.load(Ordering::SeqCst);
+            continue;
+        }
+        // Queued work elsewhere, summed: it grows when a shard gets work
+        // this executor has not tried to steal yet.
+        let queued_elsewhere = || -> usize {
+            (shared.shards.iter().enumerate())
+                .filter(|&(victim, _)| victim != index)
+                .map(|(_, shard)| shard.queued.load(Ordering::Relaxed))
+                .sum()
         };
+        let seen = queued_elsewhere();
+        let news = || {
+            own.inbox_pending.load(Ordering::Relaxed)
+                || queued_elsewhere() > seen
+                || (shared.shards.iter().enumerate()).any(|(victim, shard)| {
+                    victim != index && shard.inbox_pending.load(Ordering::Relaxed)
+                })
+        };
+        if handoff.parker.spin(news) == Spin::TimedOut {
+            // Announce, then look once more before parking: pairs with
+            // `Pool::submit_boxed` and `wake_idle_for`, so either this thread
+            // sees new work or whoever made it sees this one idle.
+            handoff.idle.store(true, Ordering::SeqCst);
+            shared.idle_count.fetch_add(1, Ordering::SeqCst);
+            announced = true;
+        }
+    };
     if announced {
         shared.claim_idle(index);
     }
