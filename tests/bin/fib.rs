@@ -12,7 +12,7 @@ use constellation_workloads::{fib_activities, fib_sequential, Fib};
 /// Computes fib(N) with one activity per call on the embedded pool, and
 /// reports the answer and the scheduling rate.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Which Fibonacci number to compute; fib(N) creates 2·fib(N+1)−1 activities.
     #[arg(default_value_t = 30, env = "FIB_N", value_parser = clap::value_parser!(u32).range(0..=40))]
