@@ -416,36 +416,25 @@ impl<T> Scheduler<T> {
         if self.index.contains_key(&submission.id) {
             return Err(SubmitError::DuplicateId(submission.id));
         }
-        let slot = self.allocate(Record {
-            id: submission.id,
-            body: Some(submission.body),
-            contexts: submission.contexts,
-            state: State::Queued,
-            stealable: submission.stealable,
-            pending: VecDeque::new(),
-            trail: None,
-        });
-        self.index.insert(submission.id, slot);
-        self.counts.live += 1;
-        self.counts.queued += 1;
-        self.counts.submitted += 1;
-        self.quiescence_reported = false;
-        let entry = self.entry_ref(slot);
-        let order = self.next_order;
-        self.next_order += 1;
-        let record = self.slots[slot as usize]
-            .record
-            .as_ref()
-            .expect("just allocated");
-        let queues = match (origin, pinned_to) {
-            (_, Some(executor)) => &mut self.executors[executor].pinned,
-            (Origin::Executor(executor), None) => &mut self.executors[executor].own,
-            (Origin::Outside, None) => &mut self.shared,
+        let owner = match (origin, pinned_to) {
+            (_, Some(executor)) => QueueOwner::Pinned(executor),
+            (Origin::Executor(executor), None) => QueueOwner::Own(executor),
+            (Origin::Outside, None) => QueueOwner::Shared,
         };
-        for wanted in record.contexts.items() {
-            queues.push(wanted.label, wanted.sort_rank(), order, entry);
-        }
-        let contexts = record.contexts.clone();
+        let contexts = submission.contexts.clone();
+        let slot = self.insert_queued(
+            Record {
+                id: submission.id,
+                body: Some(submission.body),
+                contexts: submission.contexts,
+                state: State::Queued,
+                stealable: submission.stealable,
+                pending: VecDeque::new(),
+                trail: None,
+            },
+            owner,
+        );
+        self.counts.submitted += 1;
         self.assign_to_idle(slot, &contexts, pinned_to);
         Ok(())
     }
@@ -558,16 +547,27 @@ impl<T> Scheduler<T> {
         }
         // It may come back to a place it once left.
         self.forwarded.remove(&stolen.id);
-        let slot = self.allocate(Record {
-            id: stolen.id,
-            body: Some(stolen.body),
-            contexts: stolen.contexts,
-            state: State::Queued,
-            stealable: stolen.stealable,
-            pending: stolen.pending,
-            trail: (!stolen.trail.is_empty()).then(|| Box::new(stolen.trail)),
-        });
-        self.index.insert(stolen.id, slot);
+        self.insert_queued(
+            Record {
+                id: stolen.id,
+                body: Some(stolen.body),
+                contexts: stolen.contexts,
+                state: State::Queued,
+                stealable: stolen.stealable,
+                pending: stolen.pending,
+                trail: (!stolen.trail.is_empty()).then(|| Box::new(stolen.trail)),
+            },
+            QueueOwner::Own(executor),
+        );
+        Ok(())
+    }
+
+    /// Puts a never-started activity into the table, and into `owner`'s
+    /// queue for each label it names.
+    fn insert_queued(&mut self, record: Record<T>, owner: QueueOwner) -> u32 {
+        let id = record.id;
+        let slot = self.allocate(record);
+        self.index.insert(id, slot);
         self.counts.live += 1;
         self.counts.queued += 1;
         self.quiescence_reported = false;
@@ -578,12 +578,15 @@ impl<T> Scheduler<T> {
             .record
             .as_ref()
             .expect("just allocated");
+        let queues = match owner {
+            QueueOwner::Shared => &mut self.shared,
+            QueueOwner::Own(executor) => &mut self.executors[executor].own,
+            QueueOwner::Pinned(executor) => &mut self.executors[executor].pinned,
+        };
         for wanted in record.contexts.items() {
-            self.executors[executor]
-                .own
-                .push(wanted.label, wanted.sort_rank(), order, entry);
+            queues.push(wanted.label, wanted.sort_rank(), order, entry);
         }
-        Ok(())
+        slot
     }
 
     /// Drops the forwarding pointer for a stolen activity that finished.
