@@ -607,6 +607,18 @@ impl<T> Scheduler<T> {
             self.executors[executor].idle = false;
             self.idle_executors -= 1;
         }
+        // A call handed to this executor earlier in the same batch of inputs,
+        // before the driver polled it, is its next call: taking it back here
+        // keeps the executor from looking idle while that call is pending.
+        if let Some(position) = self
+            .actions
+            .iter()
+            .position(|action| matches!(action, Action::Run { executor: e, .. } if *e == executor))
+        {
+            if let Some(Action::Run { work, .. }) = self.actions.remove(position) {
+                return Some(work);
+            }
+        }
         if let Some(work) = self.next_ready(executor) {
             return Some(work);
         }

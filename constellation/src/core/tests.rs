@@ -532,3 +532,19 @@ fn stolen_work_can_come_back_home() {
     assert_eq!(home.forwarding_pointers(), 0, "it is home again");
     assert_eq!(home.next_work(0).unwrap().ticket.id(), id);
 }
+
+#[test]
+fn asking_for_work_takes_back_a_call_not_yet_handed_over() {
+    let mut h = Harness::new(&["anywhere"]);
+    assert!(h.core.next_work(0).is_none(), "idle");
+    // Work arrives for the idle executor, and the same driver step then asks
+    // for the executor's next call before polling the actions.
+    h.submit("arrived", "anywhere");
+    let work = h.core.next_work(0).expect("the call meant for it");
+    assert_eq!(work.body, "arrived");
+    assert!(h.handed_out().is_empty(), "handed over once, not twice");
+    // The executor is busy, so new work waits for it instead of being
+    // handed over a second time.
+    h.submit("next", "anywhere");
+    assert!(h.handed_out().is_empty());
+}

@@ -55,6 +55,7 @@
 
 mod park;
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -178,7 +179,7 @@ impl PoolBuilder {
             .iter()
             .map(|t| Handoff {
                 parker: CachePadded(Parker::new(t.thread().clone())),
-                mailbox: CachePadded(Mutex::new(None)),
+                mailbox: CachePadded(Mutex::new(VecDeque::new())),
                 idle: CachePadded(AtomicBool::new(false)),
             })
             .collect();
@@ -253,7 +254,9 @@ struct Shard {
 /// driver leaves it in the mailbox and wakes the thread.
 struct Handoff {
     parker: CachePadded<Parker>,
-    mailbox: CachePadded<Mutex<Option<Work<Boxed>>>>,
+    /// Holds at most one call by the scheduler's contract; a queue, so that
+    /// a broken contract could never drop an activity.
+    mailbox: CachePadded<Mutex<VecDeque<Work<Boxed>>>>,
     /// Set while the executor has nothing to do and waits to be woken.
     idle: CachePadded<AtomicBool>,
 }
@@ -311,13 +314,21 @@ impl Shared {
     /// Runs `operate` on shard `index`'s scheduler, after moving the shard's
     /// inbox into it, and collects what it asks for into `actions`.
     ///
-    /// A counted session changes the count of outstanding work before it
-    /// releases the shard: new work must be counted before another thread
-    /// can see it, finish it and count it down.
+    /// A counted session counts new work before it releases the shard: new
+    /// work must be counted before another thread can see it, finish it and
+    /// count it down. Work that went away is not counted down yet: it
+    /// becomes `credit`, which pays for new work in later sessions of the
+    /// same operation, and whatever is left is released by [`settle`]. Only
+    /// over-counting happens in between, so the count never reaches zero
+    /// early, and an event hop that readies one activity as another
+    /// suspends touches the shared count not at all.
+    ///
+    /// [`settle`]: Shared::settle
     fn session<R>(
         &self,
         index: usize,
         counted: Counted,
+        credit: &mut i64,
         actions: &mut ShardActions,
         operate: impl FnOnce(&mut Scheduler<Boxed>) -> R,
     ) -> R {
@@ -340,10 +351,22 @@ impl Shared {
             shard.queued.store(queued, Ordering::SeqCst);
         }
         if counted == Counted::Yes {
-            self.add_outstanding(after as i64 - before as i64 - drained + in_transit);
+            let delta = after as i64 - before as i64 - drained + in_transit;
+            if delta < 0 {
+                *credit -= delta;
+            } else {
+                let paid = delta.min(*credit);
+                *credit -= paid;
+                self.add_outstanding(delta - paid);
+            }
         }
         drop(core);
         result
+    }
+
+    /// Counts down the work that went away during an operation.
+    fn settle(&self, credit: &mut i64) {
+        self.add_outstanding(-std::mem::take(credit));
     }
 
     fn drain_inbox(&self, shard: &Shard, core: &mut Scheduler<Boxed>) -> usize {
@@ -382,29 +405,35 @@ impl Shared {
     }
 
     /// Carries out what schedulers asked for. Forwarded events may ask for more.
-    fn perform(&self, actions: &mut ShardActions) {
+    fn perform(&self, actions: &mut ShardActions, credit: &mut i64) {
         while let Some((shard, action)) = actions.pop() {
             match action {
                 Action::Run { work, .. } => {
                     // Each shard has one executor: the shard's owner.
                     let handoff = &self.handoffs()[shard];
-                    let previous = handoff.mailbox.lock().replace(work);
-                    debug_assert!(previous.is_none(), "an idle executor holds no work");
+                    let mut mailbox = handoff.mailbox.lock();
+                    mailbox.push_back(work);
+                    debug_assert_eq!(mailbox.len(), 1, "an idle executor holds no other call");
+                    drop(mailbox);
                     handoff.parker.notify();
                 }
                 Action::Forward { event, to } => {
                     let target = to.0 as usize;
-                    self.session(target, Counted::Yes, actions, |core| {
+                    self.session(target, Counted::Yes, credit, actions, |core| {
                         core.deliver_or_report(event)
                     });
                     // Delivered (or reported): no longer in transit.
-                    self.add_outstanding(-1);
+                    *credit += 1;
                 }
                 Action::ForgetForwards { id, places } => {
                     for place in places {
-                        self.session(place.0 as usize, Counted::NetZero, actions, |core| {
-                            core.forget_forward(id)
-                        });
+                        self.session(
+                            place.0 as usize,
+                            Counted::NetZero,
+                            credit,
+                            actions,
+                            |core| core.forget_forward(id),
+                        );
                     }
                 }
                 Action::Undeliverable(undeliverable) => self.report(undeliverable, false),
@@ -424,9 +453,9 @@ impl Shared {
     }
 
     /// Sends an event towards its target's home shard.
-    fn route(&self, event: Event, actions: &mut ShardActions) {
+    fn route(&self, event: Event, actions: &mut ShardActions, credit: &mut i64) {
         match self.home_of(event.target) {
-            Some(home) => self.session(home, Counted::Yes, actions, |core| {
+            Some(home) => self.session(home, Counted::Yes, credit, actions, |core| {
                 core.deliver_or_report(event)
             }),
             None => self.report(
@@ -480,7 +509,7 @@ impl Shared {
             if !self.may_have_work(victim) {
                 continue;
             }
-            let mut stolen = self.session(victim, Counted::NetZero, actions, |core| {
+            let mut stolen = self.session(victim, Counted::NetZero, &mut 0, actions, |core| {
                 core.steal(context, 1, Place(thief as u64))
             });
             if stolen.is_empty() {
@@ -489,7 +518,7 @@ impl Shared {
             for activity in &mut stolen {
                 activity.trail.push(Place(victim as u64));
             }
-            return self.session(thief, Counted::NetZero, actions, |core| {
+            return self.session(thief, Counted::NetZero, &mut 0, actions, |core| {
                 for activity in stolen {
                     let id = activity.id;
                     if let Err(error) = core.accept(0, activity) {
@@ -599,8 +628,10 @@ impl Pool {
         let mut event = Event::new(self.address, target, value);
         let mut actions = Vec::new();
         let mut at = shared.home_of(target);
-        // The event counts as outstanding work until it is delivered.
+        // The event counts as outstanding work until it is delivered, and
+        // pays for the activity it readies.
         shared.add_outstanding(1);
+        let mut credit = 1;
         let outcome = loop {
             let Some(shard) = at else {
                 shared.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -609,7 +640,7 @@ impl Pool {
                     reason: UndeliverableReason::NoSuchActivity,
                 }));
             };
-            match shared.session(shard, Counted::Yes, &mut actions, |core| {
+            match shared.session(shard, Counted::Yes, &mut credit, &mut actions, |core| {
                 core.deliver(event)
             }) {
                 Ok(()) => break Ok(()),
@@ -620,8 +651,8 @@ impl Pool {
                 Err(DeliveryError::Undeliverable(undeliverable)) => break Err(undeliverable),
             }
         };
-        shared.perform(&mut actions);
-        shared.add_outstanding(-1);
+        shared.perform(&mut actions, &mut credit);
+        shared.settle(&mut credit);
         outcome
     }
 
@@ -696,17 +727,14 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
     let mut finished: Option<(Ticket, Outcome<Boxed>)> = None;
     let mut trace = Vec::new();
     loop {
-        // Events for other shards go first: each delivery only adds work,
-        // so the count of outstanding work cannot touch zero before this
-        // call's own completion is counted below.
+        // Events for other shards are delivered after this shard's session,
+        // so the unit of the call that just completed can pay for the
+        // activity they ready (see `Shared::session`).
         away.extend(
             outbox
                 .sent
                 .extract_if(.., |event| shared.home_of(event.target) != Some(index)),
         );
-        for event in away.drain(..) {
-            shared.route(event, &mut actions);
-        }
         let children: Vec<ContextList> = if shared.idle_count.load(Ordering::Relaxed) > 0 {
             outbox
                 .submitted
@@ -717,8 +745,9 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             Vec::new()
         };
         // Work handed over while this executor was busy comes first.
-        let handed = shared.handoffs()[index].mailbox.lock().take();
-        let work = shared.session(index, Counted::Yes, &mut actions, |core| {
+        let handed = shared.handoffs()[index].mailbox.lock().pop_front();
+        let mut credit = 0;
+        let work = shared.session(index, Counted::Yes, &mut credit, &mut actions, |core| {
             for submission in outbox.submitted.drain(..) {
                 let id = submission.id;
                 // `ActivityCx::submit` already refused unmatchable work, so
@@ -738,7 +767,11 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             }
             core.next_work(0)
         });
-        shared.perform(&mut actions);
+        for event in away.drain(..) {
+            shared.route(event, &mut actions, &mut credit);
+        }
+        shared.perform(&mut actions, &mut credit);
+        shared.settle(&mut credit);
         for contexts in &children {
             shared.wake_idle_for(contexts, index);
         }
@@ -784,14 +817,16 @@ fn wait_for_work(
     let own = &shared.shards[index];
     let mut announced = false;
     let found = loop {
-        if let Some(work) = handoff.mailbox.lock().take() {
+        if let Some(work) = handoff.mailbox.lock().pop_front() {
             break Found::Work(work);
         }
         if own.inbox_pending.load(Ordering::SeqCst) {
             break Found::OwnInbox;
         }
         let stolen = shared.steal_for(index, context, actions);
-        shared.perform(actions);
+        let mut credit = 0;
+        shared.perform(actions, &mut credit);
+        shared.settle(&mut credit);
         if let Some(work) = stolen {
             break Found::Work(work);
         }
