@@ -68,18 +68,6 @@ impl Label {
     pub fn index(&self) -> usize {
         self.0 as usize
     }
-
-    /// The label whose [`index`](Self::index) is `index`.
-    ///
-    /// # Panics
-    /// If no label with that index was interned.
-    pub(crate) fn from_index(index: usize) -> Label {
-        assert!(
-            index < interner().read().names.len(),
-            "label index {index} was never interned"
-        );
-        Label(index as u32)
-    }
 }
 
 impl fmt::Display for Label {

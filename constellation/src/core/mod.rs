@@ -374,25 +374,9 @@ impl<T> Scheduler<T> {
         self.node
     }
 
-    /// The executors' contexts, indexed by executor.
-    pub fn executor_contexts(&self) -> impl Iterator<Item = &ExecutorContext> {
-        self.executors.iter().map(|executor| &executor.context)
-    }
-
-    /// The pool's match table, shared so that submitters can refuse
-    /// unmatchable work at the call site without taking the core.
-    pub fn match_table(&self) -> Arc<MatchTable> {
-        self.pool.clone()
-    }
-
     /// Current counts.
     pub fn counts(&self) -> Counts {
         self.counts
-    }
-
-    /// Queue entries per label in the shared queues, stale ones included.
-    pub fn shared_queue_lengths(&self) -> Vec<(crate::context::Label, usize)> {
-        self.shared.lengths().collect()
     }
 
     /// The next action for the driver, if any.

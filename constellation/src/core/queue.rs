@@ -42,6 +42,7 @@ impl LabelQueue {
     }
 
     /// Entries held, stale ones included.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.unranked.len() + self.ranked.len()
     }
@@ -154,20 +155,6 @@ impl QueueSet {
     pub(crate) fn get_mut(&mut self, label: Label) -> Option<&mut LabelQueue> {
         self.by_label.get_mut(label.index())
     }
-
-    /// Entries held per label, stale ones included; for status displays.
-    pub(crate) fn lengths(&self) -> impl Iterator<Item = (Label, usize)> + '_ {
-        self.by_label
-            .iter()
-            .enumerate()
-            .filter(|(_, queue)| queue.len() > 0)
-            .map(|(index, queue)| (label_from_index(index), queue.len()))
-    }
-}
-
-fn label_from_index(index: usize) -> Label {
-    // Labels are dense: the queue index is the label's own index.
-    crate::context::Label::from_index(index)
 }
 
 #[cfg(test)]
