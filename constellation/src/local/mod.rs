@@ -284,15 +284,6 @@ struct Shared {
     trace: bool,
 }
 
-/// Whether a scheduler session changes the count of outstanding work.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Counted {
-    Yes,
-    /// Stealing takes work out of one shard and puts it into another; the
-    /// two sessions cancel out, and counting them apart could touch zero.
-    NetZero,
-}
-
 impl Shared {
     fn handoffs(&self) -> &[Handoff] {
         // Executor threads may ask before `start` has stored the handoffs.
@@ -314,7 +305,7 @@ impl Shared {
     /// Runs `operate` on shard `index`'s scheduler, after moving the shard's
     /// inbox into it, and collects what it asks for into `actions`.
     ///
-    /// A counted session counts new work before it releases the shard: new
+    /// A session counts new work before it releases the shard: new
     /// work must be counted before another thread can see it, finish it and
     /// count it down. Work that went away is not counted down yet: it
     /// becomes `credit`, which pays for new work in later sessions of the
@@ -327,7 +318,6 @@ impl Shared {
     fn session<R>(
         &self,
         index: usize,
-        counted: Counted,
         credit: &mut i64,
         actions: &mut ShardActions,
         operate: impl FnOnce(&mut Scheduler<Boxed>) -> R,
@@ -350,15 +340,13 @@ impl Shared {
         if shard.queued.load(Ordering::Relaxed) != queued {
             shard.queued.store(queued, Ordering::SeqCst);
         }
-        if counted == Counted::Yes {
-            let delta = after as i64 - before as i64 - drained + in_transit;
-            if delta < 0 {
-                *credit -= delta;
-            } else {
-                let paid = delta.min(*credit);
-                *credit -= paid;
-                self.add_outstanding(delta - paid);
-            }
+        let delta = after as i64 - before as i64 - drained + in_transit;
+        if delta < 0 {
+            *credit -= delta;
+        } else {
+            let paid = delta.min(*credit);
+            *credit -= paid;
+            self.add_outstanding(delta - paid);
         }
         drop(core);
         result
@@ -419,7 +407,7 @@ impl Shared {
                 }
                 Action::Forward { event, to } => {
                     let target = to.0 as usize;
-                    self.session(target, Counted::Yes, credit, actions, |core| {
+                    self.session(target, credit, actions, |core| {
                         core.deliver_or_report(event)
                     });
                     // Delivered (or reported): no longer in transit.
@@ -427,13 +415,9 @@ impl Shared {
                 }
                 Action::ForgetForwards { id, places } => {
                     for place in places {
-                        self.session(
-                            place.0 as usize,
-                            Counted::NetZero,
-                            credit,
-                            actions,
-                            |core| core.forget_forward(id),
-                        );
+                        self.session(place.0 as usize, credit, actions, |core| {
+                            core.forget_forward(id)
+                        });
                     }
                 }
                 Action::Undeliverable(undeliverable) => self.report(undeliverable, false),
@@ -455,9 +439,7 @@ impl Shared {
     /// Sends an event towards its target's home shard.
     fn route(&self, event: Event, actions: &mut ShardActions, credit: &mut i64) {
         match self.home_of(event.target) {
-            Some(home) => self.session(home, Counted::Yes, credit, actions, |core| {
-                core.deliver_or_report(event)
-            }),
+            Some(home) => self.session(home, credit, actions, |core| core.deliver_or_report(event)),
             None => self.report(
                 Undeliverable {
                     event,
@@ -496,11 +478,14 @@ impl Shared {
     }
 
     /// Steals one activity `context` can run from another shard into
-    /// `thief`'s and returns the call to make, if any shard had one.
+    /// `thief`'s and returns the call to make, if any shard had one. The
+    /// victim's session turns the stolen work into `credit`, which pays for
+    /// it again in the thief's session.
     fn steal_for(
         &self,
         thief: usize,
         context: &ExecutorContext,
+        credit: &mut i64,
         actions: &mut ShardActions,
     ) -> Option<Work<Boxed>> {
         let shards = self.shards.len();
@@ -509,7 +494,7 @@ impl Shared {
             if !self.may_have_work(victim) {
                 continue;
             }
-            let mut stolen = self.session(victim, Counted::NetZero, &mut 0, actions, |core| {
+            let mut stolen = self.session(victim, credit, actions, |core| {
                 core.steal(context, 1, Place(thief as u64))
             });
             if stolen.is_empty() {
@@ -518,7 +503,7 @@ impl Shared {
             for activity in &mut stolen {
                 activity.trail.push(Place(victim as u64));
             }
-            return self.session(thief, Counted::NetZero, &mut 0, actions, |core| {
+            return self.session(thief, credit, actions, |core| {
                 for activity in stolen {
                     let id = activity.id;
                     if let Err(error) = core.accept(0, activity) {
@@ -640,9 +625,7 @@ impl Pool {
                     reason: UndeliverableReason::NoSuchActivity,
                 }));
             };
-            match shared.session(shard, Counted::Yes, &mut credit, &mut actions, |core| {
-                core.deliver(event)
-            }) {
+            match shared.session(shard, &mut credit, &mut actions, |core| core.deliver(event)) {
                 Ok(()) => break Ok(()),
                 Err(DeliveryError::Moved { event: moved, to }) => {
                     event = moved;
@@ -747,7 +730,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
         // Work handed over while this executor was busy comes first.
         let handed = shared.handoffs()[index].mailbox.lock().pop_front();
         let mut credit = 0;
-        let work = shared.session(index, Counted::Yes, &mut credit, &mut actions, |core| {
+        let work = shared.session(index, &mut credit, &mut actions, |core| {
             for submission in outbox.submitted.drain(..) {
                 let id = submission.id;
                 // `ActivityCx::submit` already refused unmatchable work, so
@@ -823,8 +806,8 @@ fn wait_for_work(
         if own.inbox_pending.load(Ordering::SeqCst) {
             break Found::OwnInbox;
         }
-        let stolen = shared.steal_for(index, context, actions);
         let mut credit = 0;
+        let stolen = shared.steal_for(index, context, &mut credit, actions);
         shared.perform(actions, &mut credit);
         shared.settle(&mut credit);
         if let Some(work) = stolen {
