@@ -125,8 +125,6 @@ pub struct Work<T> {
     pub body: T,
     /// Which call to make.
     pub call: Call,
-    /// Where the activity may run; drivers record it in traces.
-    pub contexts: ContextList,
 }
 
 /// Names a running activity when its call completes.
@@ -718,7 +716,6 @@ impl<T> Scheduler<T> {
             },
             body: record.body.take().expect("a ready activity is not running"),
             call: Call::Process(event),
-            contexts: record.contexts.clone(),
         })
     }
 
@@ -740,7 +737,6 @@ impl<T> Scheduler<T> {
                 .take()
                 .expect("a queued activity is not running"),
             call: Call::Initialize,
-            contexts: record.contexts.clone(),
         }
     }
 
@@ -842,6 +838,13 @@ impl<T> Scheduler<T> {
                 live: self.counts.live,
             });
         }
+    }
+
+    /// Where a running activity may run, for drivers that record it in
+    /// traces; `None` if `ticket` names no running activity.
+    pub fn contexts_of(&self, ticket: &Ticket) -> Option<&ContextList> {
+        let record = self.slots.get(ticket.slot as usize)?.record.as_ref()?;
+        (record.id == ticket.id).then_some(&record.contexts)
     }
 
     /// Whether nothing runs and nothing is runnable.

@@ -707,7 +707,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
     let mut outbox = Outbox::default();
     let mut actions = Vec::new();
     let mut away = Vec::new();
-    let mut finished: Option<(Ticket, Outcome<Boxed>)> = None;
+    let mut finished: Option<FinishedCall> = None;
     let mut trace = Vec::new();
     loop {
         // Events for other shards are delivered after this shard's session,
@@ -742,7 +742,14 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             for event in outbox.sent.drain(..) {
                 core.deliver_or_report(event);
             }
-            if let Some((ticket, outcome)) = finished.take() {
+            if let Some((ticket, outcome, record)) = finished.take() {
+                // The activity may be gone after `complete`: read its labels first.
+                if let Some(mut record) = record {
+                    if let Some(contexts) = core.contexts_of(&ticket) {
+                        record.contexts = contexts.clone();
+                    }
+                    trace.push(record);
+                }
                 core.complete(ticket, outcome);
             }
             if handed.is_some() {
@@ -773,10 +780,13 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             &mut ids,
             &mut outbox,
             work,
-            &mut trace,
         ));
     }
 }
+
+/// A call that returned, with its trace record (labels still to be filled
+/// in), to hand back to the scheduler.
+type FinishedCall = (Ticket, Outcome<Boxed>, Option<TraceRecord>);
 
 /// What an idle executor found.
 enum Found {
@@ -860,13 +870,11 @@ fn run_call(
     ids: &mut IdIssuer,
     outbox: &mut Outbox,
     work: Work<Boxed>,
-    trace: &mut Vec<TraceRecord>,
-) -> (Ticket, Outcome<Boxed>) {
+) -> FinishedCall {
     let Work {
         ticket,
         mut body,
         call,
-        contexts,
     } = work;
     let start_ns = if shared.trace { shared.now_ns() } else { 0 };
     let kind = match call {
@@ -898,16 +906,15 @@ fn run_call(
             (Outcome::Finish, CallEnd::Failed)
         }
     };
-    if shared.trace {
-        trace.push(TraceRecord {
-            activity: ticket.id(),
-            executor: index,
-            contexts,
-            call: kind,
-            end,
-            start_ns,
-            end_ns: shared.now_ns(),
-        });
-    }
-    (ticket, outcome)
+    let record = shared.trace.then(|| TraceRecord {
+        activity: ticket.id(),
+        executor: index,
+        // Filled in from the scheduler when the call is handed back.
+        contexts: ContextList::anywhere(),
+        call: kind,
+        end,
+        start_ns,
+        end_ns: shared.now_ns(),
+    });
+    (ticket, outcome, record)
 }
