@@ -4,6 +4,7 @@ use crate::context::{ContextList, ExecutorContext};
 use crate::core::{MatchTable, Step, Submission, SubmitError};
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer};
+use crate::resources::Resources;
 
 /// A unit of work that holds its own state.
 ///
@@ -60,6 +61,7 @@ pub struct ActivityCx<'a> {
     id: ActivityId,
     executor: usize,
     executor_context: &'a ExecutorContext,
+    resources: &'a Resources,
     ids: &'a mut IdIssuer,
     matcher: &'a MatchTable,
     outbox: &'a mut Outbox,
@@ -72,6 +74,7 @@ impl<'a> ActivityCx<'a> {
         id: ActivityId,
         executor: usize,
         executor_context: &'a ExecutorContext,
+        resources: &'a Resources,
         ids: &'a mut IdIssuer,
         matcher: &'a MatchTable,
         outbox: &'a mut Outbox,
@@ -80,6 +83,7 @@ impl<'a> ActivityCx<'a> {
             id,
             executor,
             executor_context,
+            resources,
             ids,
             matcher,
             outbox,
@@ -94,6 +98,18 @@ impl<'a> ActivityCx<'a> {
     /// The context of the executor running this call.
     pub fn executor_context(&self) -> &ExecutorContext {
         self.executor_context
+    }
+
+    /// What the executor running this call was given: environment for
+    /// child processes, and typed handles.
+    pub fn resources(&self) -> &Resources {
+        self.resources
+    }
+
+    /// The executor's handle of type `T`, e.g. a GPU device; `None` if this
+    /// executor has none.
+    pub fn resource<T: std::any::Any + Send + Sync>(&self) -> Option<&T> {
+        self.resources.handle()
     }
 
     /// The index of the executor running this call within its node.

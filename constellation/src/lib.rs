@@ -21,6 +21,7 @@ pub mod core;
 pub mod event;
 pub mod id;
 pub mod local;
+pub mod resources;
 pub mod trace;
 pub mod wire;
 
@@ -30,3 +31,4 @@ pub use core::{Step, SubmitError};
 pub use event::{Event, Payload, PayloadError};
 pub use id::{ActivityId, NodeId};
 pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
+pub use resources::Resources;

@@ -72,6 +72,7 @@ use crate::core::{
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
+use crate::resources::Resources;
 use crate::trace::{CallEnd, CallKind, TraceRecord};
 use park::{CachePadded, Parker, Spin};
 
@@ -98,6 +99,7 @@ fn outside_slot(executor: usize) -> u16 {
 #[derive(Debug, Clone, Default)]
 pub struct PoolBuilder {
     executors: Vec<ExecutorContext>,
+    resources: Vec<Arc<Resources>>,
     trace: bool,
 }
 
@@ -109,7 +111,22 @@ impl PoolBuilder {
 
     /// Adds `count` executors offering `context`.
     pub fn executors_with(mut self, count: usize, context: ExecutorContext) -> Self {
+        let plain = Arc::new(Resources::new());
         self.executors.extend(std::iter::repeat_n(context, count));
+        self.resources.extend(std::iter::repeat_n(plain, count));
+        self
+    }
+
+    /// Adds one executor offering `context` with `resources`: environment
+    /// for the programs it starts and handles its activities look up, e.g.
+    /// one GPU.
+    pub fn executor_with_resources(
+        mut self,
+        context: ExecutorContext,
+        resources: Resources,
+    ) -> Self {
+        self.executors.push(context);
+        self.resources.push(Arc::new(resources));
         self
     }
 
@@ -167,11 +184,12 @@ impl PoolBuilder {
             trace: self.trace,
         });
         let mut threads = Vec::with_capacity(self.executors.len());
-        for (index, context) in self.executors.into_iter().enumerate() {
+        let setups = self.executors.into_iter().zip(self.resources);
+        for (index, (context, resources)) in setups.enumerate() {
             let shared = shared.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("executor-{index}"))
-                .spawn(move || executor_main(shared, index, context))
+                .spawn(move || executor_main(shared, index, context, resources))
                 .map_err(PoolError::Spawn)?;
             threads.push(thread);
         }
@@ -702,7 +720,12 @@ impl Drop for Pool {
     }
 }
 
-fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) -> Vec<TraceRecord> {
+fn executor_main(
+    shared: Arc<Shared>,
+    index: usize,
+    context: ExecutorContext,
+    resources: Arc<Resources>,
+) -> Vec<TraceRecord> {
     let mut ids = IdIssuer::new(shared.node, own_slot(index));
     let mut outbox = Outbox::default();
     let mut actions = Vec::new();
@@ -777,6 +800,7 @@ fn executor_main(shared: Arc<Shared>, index: usize, context: ExecutorContext) ->
             &shared,
             index,
             &context,
+            &resources,
             &mut ids,
             &mut outbox,
             work,
@@ -867,6 +891,7 @@ fn run_call(
     shared: &Shared,
     index: usize,
     context: &ExecutorContext,
+    resources: &Resources,
     ids: &mut IdIssuer,
     outbox: &mut Outbox,
     work: Work<Boxed>,
@@ -881,7 +906,15 @@ fn run_call(
         Call::Initialize => CallKind::Initialize,
         Call::Process(_) => CallKind::Process,
     };
-    let mut cx = ActivityCx::new(ticket.id(), index, context, ids, &shared.matcher, outbox);
+    let mut cx = ActivityCx::new(
+        ticket.id(),
+        index,
+        context,
+        resources,
+        ids,
+        &shared.matcher,
+        outbox,
+    );
     let result = catch_unwind(AssertUnwindSafe(|| {
         let step = match call {
             Call::Initialize => body.initialize(&mut cx),
