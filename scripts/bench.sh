@@ -8,11 +8,13 @@
 #   local_fib       fib(30) by divide and conquer (2,692,537 activities), 2 executors
 #   local_pingpong  events/s between two activities on different executors
 #   queued_bytes    resident bytes per queued trivial activity, 1,000,000 queued
+#   shell_true      10,000 shell activities running `true`, 2 executors, output to files;
+#                   also reports the fork/exec ceiling (spawning `true` 2 at a time) and the ratio
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(local_spawn local_fib local_pingpong queued_bytes)
+all=(local_spawn local_fib local_pingpong queued_bytes shell_true)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do

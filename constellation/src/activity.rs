@@ -36,6 +36,16 @@ pub trait Activity: Send + 'static {
         true
     }
 
+    /// Whether the activity may be started again from the beginning on
+    /// another node if the node running it dies, so that execution is
+    /// at-least-once. `false` means the work must not be repeated (it has
+    /// side effects outside its outputs); such an activity is reported as
+    /// failed instead. Only the network driver can lose a node; the local
+    /// driver never asks.
+    fn restartable(&self) -> bool {
+        true
+    }
+
     /// The first call. Submit children, send events, or do the work.
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step;
 

@@ -11,8 +11,15 @@ use constellation::core::{Origin, Scheduler, Submission};
 use constellation::id::IdIssuer;
 use constellation::{Activity, ContextList, ExecutorContext, NodeId, Pool};
 use constellation_workloads::{fib_activities, Fib, Player, Trivial};
+use executors::shell::{ShellActivity, ShellResult, ShellSpec};
 
-const NAMES: [&str; 4] = ["local_spawn", "local_fib", "local_pingpong", "queued_bytes"];
+const NAMES: [&str; 5] = [
+    "local_spawn",
+    "local_fib",
+    "local_pingpong",
+    "queued_bytes",
+    "shell_true",
+];
 
 fn main() -> Result<()> {
     let requested: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +41,10 @@ fn main() -> Result<()> {
             Err(_) => 5,
         };
     for name in selected {
+        if name == "shell_true" {
+            shell_true(10_000, runs)?;
+            continue;
+        }
         let mut values = Vec::with_capacity(runs);
         let mut unit_and_direction = ("", true);
         for run in 1..=runs {
@@ -58,6 +69,86 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `count` shell activities running `true` on 2 executors, against the
+/// fork/exec ceiling: a plain loop spawning `true` `count` times, 2 at a
+/// time. The two alternate within each run, so a noisy moment hurts both;
+/// the reported ratio is the median of the per-run ratios.
+fn shell_true(count: usize, runs: usize) -> Result<()> {
+    let output = std::env::temp_dir().join(format!("constellation-bench-{}", std::process::id()));
+    let mut rates = Vec::with_capacity(runs);
+    let mut ceilings = Vec::with_capacity(runs);
+    let mut ratios = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let ceiling = spawn_true_two_at_a_time(count)?;
+        let rate = shell_true_on_pool(count, &output)?;
+        std::fs::remove_dir_all(&output)?;
+        eprintln!(
+            "shell_true run {run}: {rate:.0} tasks/s, ceiling {ceiling:.0} tasks/s, ratio {:.3}",
+            rate / ceiling
+        );
+        rates.push(rate);
+        ceilings.push(ceiling);
+        ratios.push(rate / ceiling);
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!(
+        r#"{{"bench":"shell_true","value":{:.1},"unit":"tasks/s","higher_is_better":true,"ceiling":{:.1},"ratio":{:.3}}}"#,
+        median(&mut rates),
+        median(&mut ceilings),
+        median(&mut ratios)
+    );
+    Ok(())
+}
+
+fn shell_true_on_pool(count: usize, output: &std::path::Path) -> Result<f64> {
+    let pool = Pool::builder().executors(2).start()?;
+    let started = Instant::now();
+    let (collector, results) = MultiEventCollector::new(count);
+    let parent = pool.submit(collector)?;
+    // The default capture: stdout and stderr files in a directory per activity.
+    let spec = ShellSpec::command("true").output_dir(output);
+    for _ in 0..count {
+        pool.submit(ShellActivity::new(spec.clone()).reply_to(parent))?;
+    }
+    let events = results.wait()?;
+    let seconds = started.elapsed().as_secs_f64();
+    pool.done()?;
+    for event in events {
+        let result: ShellResult = event.take()?;
+        if let Err(failure) = result.check() {
+            bail!("a `true` activity failed: {failure}");
+        }
+    }
+    Ok(count as f64 / seconds)
+}
+
+fn spawn_true_two_at_a_time(count: usize) -> Result<f64> {
+    let started = Instant::now();
+    let spawners: Vec<_> = (0..2)
+        .map(|k| {
+            let mine = count / 2 + (k < count % 2) as usize;
+            std::thread::spawn(move || -> std::io::Result<()> {
+                for _ in 0..mine {
+                    let status = std::process::Command::new("true").status()?;
+                    if !status.success() {
+                        return Err(std::io::Error::other("`true` failed"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for spawner in spawners {
+        spawner
+            .join()
+            .map_err(|_| anyhow::anyhow!("a spawner panicked"))??;
+    }
+    Ok(count as f64 / started.elapsed().as_secs_f64())
 }
 
 /// `count` trivial activities submitted one by one from outside, 2 executors, until `done()`.

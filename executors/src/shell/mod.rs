@@ -1,0 +1,215 @@
+//! Shell activities: a command or script run as an activity.
+//!
+//! A [`ShellActivity`] runs its [`ShellSpec`] on whichever executor takes it,
+//! then sends a [`ShellResult`] to its parent — success or not, so a parent
+//! waiting for results never hangs on a failed command.
+//!
+//! - The command starts in a process group of its own. When it exits, or
+//!   its timeout passes, the whole group is killed, so nothing it started in
+//!   the background outlives the activity.
+//! - Output goes to `stdout` and `stderr` files in a directory per activity
+//!   (the default, under [`default_output_dir`]), to memory up to a limit, or
+//!   nowhere.
+//! - Failed attempts are retried as the [`RetryPolicy`] says.
+//! - The command sees the executor's resources as environment variables,
+//!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
+//!   index on its node), `CONSTELLATION_LABELS` (its contexts, comma
+//!   separated), `CONSTELLATION_ACTIVITY`, `CONSTELLATION_ATTEMPT`, and
+//!   whatever the executor was given, e.g. `CUDA_VISIBLE_DEVICES`.
+//!
+//! ```no_run
+//! use constellation::collect::SingleEventCollector;
+//! use constellation::Pool;
+//! use executors::shell::{ShellActivity, ShellResult, ShellSpec};
+//! use std::time::Duration;
+//!
+//! let pool = Pool::builder().executors(2).start()?;
+//! let (collector, results) = SingleEventCollector::new();
+//! let parent = pool.submit(collector)?;
+//! let spec = ShellSpec::script("gzip -c input.fits > input.fits.gz")
+//!     .name("compress")
+//!     .timeout(Duration::from_secs(600));
+//! pool.submit(ShellActivity::new(spec).reply_to(parent))?;
+//! let result: ShellResult = results.wait_one()?.take()?;
+//! let result = result.check()?; // an error that names the command and its stderr file
+//! println!("took {:?}, output in {:?}", result.duration, result.stdout.path());
+//! pool.done()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod mpi_program;
+mod process;
+mod result;
+mod spec;
+
+use constellation::core::Step;
+use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event};
+use serde::{Deserialize, Serialize};
+
+pub use mpi_program::{MpiLauncher, MpiProgram};
+pub use result::{Output, ShellFailure, ShellOutcome, ShellResult};
+pub use spec::{
+    default_output_dir, Capture, Program, RetryOn, RetryPolicy, ShellSpec, OUTPUT_DIR_VAR,
+};
+
+/// An activity that runs a [`ShellSpec`] and reports a [`ShellResult`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShellActivity {
+    spec: ShellSpec,
+    parent: Option<ActivityId>,
+}
+
+impl ShellActivity {
+    /// An activity running `spec`. Without [`reply_to`](Self::reply_to) the
+    /// result is only logged.
+    pub fn new(spec: ShellSpec) -> Self {
+        ShellActivity { spec, parent: None }
+    }
+
+    /// Sends the [`ShellResult`] to `parent` when the command is done.
+    pub fn reply_to(mut self, parent: ActivityId) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// The command this activity runs.
+    pub fn spec(&self) -> &ShellSpec {
+        &self.spec
+    }
+
+    /// Runs every attempt the retry policy allows, on the calling thread.
+    fn run(&self, cx: &ActivityCx<'_>) -> ShellResult {
+        let spec = &self.spec;
+        let activity = cx.id();
+        let labels = executor_labels(cx);
+        let mut env: Vec<(String, String)> = cx
+            .resources()
+            .env()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push((
+            "CONSTELLATION_EXECUTOR".to_string(),
+            cx.executor_index().to_string(),
+        ));
+        env.push(("CONSTELLATION_LABELS".to_string(), labels.clone()));
+        env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
+        let mut attempt = 1;
+        loop {
+            let files = match &spec.capture {
+                Capture::Files { dir } => Some(output_files(spec, dir, activity, attempt)),
+                _ => None,
+            };
+            let prepared = match files {
+                Some(Err(reason)) => Err(reason),
+                Some(Ok(files)) => Ok(Some(files)),
+                None => Ok(None),
+            };
+            let mut attempt_env = env.clone();
+            attempt_env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
+            let done = match prepared {
+                Ok(files) => process::run_once(spec, &attempt_env, files.as_ref()),
+                Err(reason) => process::Attempt {
+                    outcome: ShellOutcome::StartFailed { reason },
+                    duration: Default::default(),
+                    stdout: Output::Discarded,
+                    stderr: Output::Discarded,
+                },
+            };
+            let retry = attempt < spec.retry.max_attempts
+                && match (&done.outcome, spec.retry.retry_on) {
+                    (ShellOutcome::Exited { code: 0 }, _) => false,
+                    (_, RetryOn::AnyFailure) => true,
+                    (ShellOutcome::TimedOut { .. } | ShellOutcome::Signalled { .. }, _) => true,
+                    (_, RetryOn::TimeoutOrSignal) => false,
+                };
+            if !retry {
+                return ShellResult {
+                    activity,
+                    name: spec.name.clone(),
+                    command: spec.program.describe(),
+                    outcome: done.outcome,
+                    attempts: attempt,
+                    duration: done.duration,
+                    stdout: done.stdout,
+                    stderr: done.stderr,
+                    executor_labels: labels,
+                };
+            }
+            attempt += 1;
+            let pause = spec.retry.delay_before(attempt);
+            tracing::warn!(
+                activity = %activity,
+                command = %spec.program.describe(),
+                outcome = %done.outcome,
+                "attempt {} of {} failed; retrying in {pause:?}",
+                attempt - 1,
+                spec.retry.max_attempts
+            );
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+/// The executor's contexts as `CONSTELLATION_LABELS` shows them: comma
+/// separated, in priority order, parseable as an executor context again.
+fn executor_labels(cx: &ActivityCx<'_>) -> String {
+    let contexts = &cx.executor_context().contexts;
+    let mut labels = String::new();
+    for (i, context) in contexts.iter().enumerate() {
+        if i > 0 {
+            labels.push(',');
+        }
+        labels.push_str(&context.to_string());
+    }
+    labels
+}
+
+/// Creates the activity's output directory and names the attempt's files:
+/// `stdout` and `stderr` for the first attempt, `stdout.N` and `stderr.N`
+/// for attempt N, so a retry keeps the evidence of the failure before it.
+fn output_files(
+    spec: &ShellSpec,
+    root: &std::path::Path,
+    activity: ActivityId,
+    attempt: u32,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    let dir = spec.output_dir_for(root, &activity.to_string());
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create output directory {}: {e}", dir.display()))?;
+    let suffix = if attempt == 1 {
+        String::new()
+    } else {
+        format!(".{attempt}")
+    };
+    Ok((
+        dir.join(format!("stdout{suffix}")),
+        dir.join(format!("stderr{suffix}")),
+    ))
+}
+
+#[typetag::serde]
+impl Activity for ShellActivity {
+    fn context(&self) -> ContextList {
+        self.spec.context.clone()
+    }
+
+    fn restartable(&self) -> bool {
+        self.spec.restartable
+    }
+
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        let result = self.run(cx);
+        match self.parent {
+            Some(parent) => cx.send(parent, result),
+            None if result.is_success() => {}
+            None => tracing::error!("{}", ShellFailure(Box::new(result))),
+        }
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        // Nothing sends a shell activity events; one that arrives anyway does
+        // not restart the command.
+        Step::Finish
+    }
+}

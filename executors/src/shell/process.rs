@@ -1,0 +1,334 @@
+//! Running one attempt of a command: spawning it in its own process group,
+//! waiting with a deadline, and killing the whole group when it ends.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::result::{Output, ShellOutcome};
+use super::spec::{Capture, ShellSpec};
+
+/// What one attempt produced.
+pub(crate) struct Attempt {
+    pub outcome: ShellOutcome,
+    pub duration: Duration,
+    pub stdout: Output,
+    pub stderr: Output,
+}
+
+/// Runs `spec` once. `env` is the executor's environment for its children,
+/// applied before the spec's own variables; `files` names the `stdout` and
+/// `stderr` paths when output goes to files.
+pub(crate) fn run_once(
+    spec: &ShellSpec,
+    env: &[(String, String)],
+    files: Option<&(PathBuf, PathBuf)>,
+) -> Attempt {
+    let started = Instant::now();
+    let failed = |reason: String| Attempt {
+        outcome: ShellOutcome::StartFailed { reason },
+        duration: started.elapsed(),
+        stdout: Output::Discarded,
+        stderr: Output::Discarded,
+    };
+    let argv = spec.program.argv();
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(&spec.env)
+        // A group of its own, so a timeout can kill everything the command started.
+        .process_group(0);
+    if let Some(dir) = &spec.cwd {
+        if !dir.is_dir() {
+            return failed(format!(
+                "working directory {} does not exist or is not a directory",
+                dir.display()
+            ));
+        }
+        command.current_dir(dir);
+    }
+    match &spec.stdin {
+        None => command.stdin(Stdio::null()),
+        Some(path) => match File::open(path) {
+            Ok(file) => command.stdin(file),
+            Err(error) => {
+                return failed(format!(
+                    "cannot open standard input {}: {error}",
+                    path.display()
+                ))
+            }
+        },
+    };
+    match (&spec.capture, files) {
+        (Capture::Files { .. }, Some((out, err))) => {
+            let (out_file, err_file) = match (File::create(out), File::create(err)) {
+                (Ok(o), Ok(e)) => (o, e),
+                (Err(error), _) | (_, Err(error)) => {
+                    return failed(format!(
+                        "cannot create output files in {}: {error}",
+                        out.parent().unwrap_or(out).display()
+                    ))
+                }
+            };
+            command.stdout(out_file).stderr(err_file);
+        }
+        (Capture::Memory { .. }, _) => {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        _ => {
+            command.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => return failed(describe_spawn_error(&argv[0], &error)),
+    };
+    let readers = match spec.capture {
+        Capture::Memory { limit } => Some((
+            read_capped(child.stdout.take(), limit),
+            read_capped(child.stderr.take(), limit),
+        )),
+        _ => None,
+    };
+    let deadline = spec.timeout.map(|t| started + t);
+    let (outcome, status) = match wait_until_exit(&child, deadline) {
+        Ok(true) => (None, None),
+        Ok(false) => (
+            Some(ShellOutcome::TimedOut {
+                after: spec.timeout.unwrap_or_default(),
+            }),
+            None,
+        ),
+        Err(error) => (
+            Some(ShellOutcome::StartFailed {
+                reason: format!("lost track of the process: {error}"),
+            }),
+            None::<ExitStatus>,
+        ),
+    };
+    // The leader has exited (or must die) but is not reaped yet, so its pid
+    // cannot have been reused: killing the group reaches only what the
+    // command left behind, and no orphan outlives its activity.
+    kill_group(&child);
+    let status = status.or_else(|| child.wait().ok());
+    let outcome = outcome.unwrap_or_else(|| match status {
+        Some(status) => ShellOutcome::from_status(status),
+        None => ShellOutcome::StartFailed {
+            reason: "the exit status could not be read".to_string(),
+        },
+    });
+    let (stdout, stderr) = match (readers, files) {
+        (Some((out, err)), _) => (join_reader(out), join_reader(err)),
+        (None, Some((out, err))) if matches!(spec.capture, Capture::Files { .. }) => {
+            (Output::File(out.clone()), Output::File(err.clone()))
+        }
+        _ => (Output::Discarded, Output::Discarded),
+    };
+    Attempt {
+        outcome,
+        duration: started.elapsed(),
+        stdout,
+        stderr,
+    }
+}
+
+fn describe_spawn_error(program: &str, error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::NotFound if program.contains('/') => {
+            format!("cannot start `{program}`: no such file")
+        }
+        io::ErrorKind::NotFound => {
+            format!("cannot start `{program}`: not found on PATH")
+        }
+        io::ErrorKind::PermissionDenied => {
+            format!("cannot start `{program}`: permission denied (is it executable?)")
+        }
+        _ => format!("cannot start `{program}`: {error}"),
+    }
+}
+
+/// Waits until the child has exited, without reaping it. Returns `false`
+/// if the deadline passed first.
+fn wait_until_exit(child: &Child, deadline: Option<Instant>) -> io::Result<bool> {
+    let pid = child.id() as libc::pid_t;
+    match PidFd::open(pid) {
+        Some(pidfd) => pidfd.wait(deadline),
+        None => poll_exit(pid, deadline),
+    }
+}
+
+/// A pidfd: a file descriptor that becomes readable when the process
+/// exits, so waiting with a deadline needs no polling (Linux ≥ 5.3).
+struct PidFd(libc::c_int);
+
+impl PidFd {
+    fn open(pid: libc::pid_t) -> Option<PidFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        (fd >= 0).then_some(PidFd(fd as libc::c_int))
+    }
+
+    fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        loop {
+            let timeout_ms = match deadline {
+                None => -1,
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    // Round up, so a deadline 0.3 ms away is not a busy loop.
+                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+                }
+            };
+            let mut poll = libc::pollfd {
+                fd: self.0,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+            match ready {
+                1.. => return Ok(true),
+                0 if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(false),
+                0 => continue,
+                _ => {
+                    let error = io::Error::last_os_error();
+                    if error.kind() != io::ErrorKind::Interrupted {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PidFd {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned by this value and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// The fallback for kernels without pidfds: ask whether the process has
+/// exited, leaving it unreaped, with waits that grow from 1 ms to 50 ms.
+fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        // SAFETY: siginfo_t is plain data; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pid and out-pointer; WNOWAIT leaves the child unreaped.
+        let result = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if result < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        // SAFETY: after a successful waitid the pid field is initialised;
+        // it stays 0 while the child runs.
+        if unsafe { info.si_pid() } != 0 {
+            return Ok(true);
+        }
+        if let Some(deadline) = deadline {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn kill_group(child: &Child) {
+    let group = child.id() as libc::pid_t;
+    // SAFETY: kill has no memory effects; ESRCH (group already empty) is fine.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+}
+
+enum Pipe {
+    Out(ChildStdout),
+    Err(ChildStderr),
+}
+
+impl Read for Pipe {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Pipe::Out(p) => p.read(buf),
+            Pipe::Err(p) => p.read(buf),
+        }
+    }
+}
+
+impl From<ChildStdout> for Pipe {
+    fn from(p: ChildStdout) -> Self {
+        Pipe::Out(p)
+    }
+}
+
+impl From<ChildStderr> for Pipe {
+    fn from(p: ChildStderr) -> Self {
+        Pipe::Err(p)
+    }
+}
+
+type Reader = Option<JoinHandle<io::Result<(Vec<u8>, u64)>>>;
+
+/// Reads a pipe to its end on a thread of its own, keeping the first
+/// `limit` bytes and counting the rest.
+fn read_capped<P: Into<Pipe>>(pipe: Option<P>, limit: usize) -> Reader {
+    let mut pipe: Pipe = pipe?.into();
+    std::thread::Builder::new()
+        .name("shell-output".to_string())
+        .spawn(move || {
+            let mut kept = Vec::new();
+            let mut dropped = 0u64;
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                let room = limit.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&buf[..room]);
+                dropped += (n - room) as u64;
+            }
+            Ok((kept, dropped))
+        })
+        .ok()
+}
+
+fn join_reader(reader: Reader) -> Output {
+    match reader.map(|r| r.join()) {
+        Some(Ok(Ok((bytes, dropped)))) => Output::Memory {
+            bytes,
+            truncated: dropped,
+        },
+        _ => Output::Discarded,
+    }
+}
+
+impl ShellOutcome {
+    fn from_status(status: ExitStatus) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => ShellOutcome::Exited { code },
+            (None, Some(signal)) => ShellOutcome::Signalled { signal },
+            (None, None) => ShellOutcome::StartFailed {
+                reason: format!("unrecognised exit status {status:?}"),
+            },
+        }
+    }
+}
