@@ -10,4 +10,9 @@
 //! - `mpi` (feature `mpi`): an executor that spans an MPI communicator, and
 //!   activities that launch external MPI programs.
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod probe;
 pub mod shell;
