@@ -8,8 +8,9 @@
 #   local_fib       fib(30) by divide and conquer (2,692,537 activities), 2 executors
 #   local_pingpong  events/s between two activities on different executors
 #   queued_bytes    resident bytes per queued trivial activity, 1,000,000 queued
-#   shell_true      10,000 shell activities running `true`, 2 executors, output to files;
-#                   also reports the fork/exec ceiling (spawning `true` 2 at a time) and the ratio
+#   shell_true      10,000 shell activities running `true`, 2 executors, output files on tmpfs
+#                   (/dev/shm or $BENCH_SCRATCH), with the fork/exec ceiling (spawning `true`
+#                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
