@@ -25,7 +25,9 @@ step "checking MPI (mpich, libmpich-dev, libclang-dev)"
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for package in mpich libmpich-dev libclang-dev; do
-    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+    # `dpkg -s` also succeeds for removed packages whose config files remain.
+    status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+    [ "$status" = "install ok installed" ] || missing+=("$package")
   done
 elif ! command -v mpicc >/dev/null 2>&1; then
   echo "test.sh: no mpicc and no apt to install MPICH; install an MPI (mpich) and libclang" >&2
