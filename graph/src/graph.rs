@@ -1,0 +1,691 @@
+//! From a graph file to a checked graph of shell activities.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use constellation::{Context, ContextList};
+use executors::shell::{RetryPolicy, ShellSpec};
+
+use crate::file::{toml_spans, EntrySpans, RawContext, RawDuration, RawEntry, RawGraph, RawValues};
+use crate::template::Template;
+
+/// Instances one entry may expand into; a sweep beyond this is a typo more
+/// often than a plan.
+pub const MAX_INSTANCES: usize = 1_000_000;
+
+/// How a graph file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// TOML; errors carry line and column.
+    Toml,
+    /// JSON with the same fields; errors name the entry and field.
+    Json,
+}
+
+impl Format {
+    /// JSON for `.json` files, TOML otherwise.
+    pub fn of(path: &Path) -> Format {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Toml,
+        }
+    }
+}
+
+/// One activity of a checked graph.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Its id, templates rendered.
+    pub id: String,
+    /// The command, named by the id.
+    pub spec: ShellSpec,
+    /// The nodes it runs after, as indices into [`Graph::nodes`].
+    pub after: Vec<usize>,
+    /// Files it reads.
+    pub inputs: Vec<PathBuf>,
+    /// Files it writes.
+    pub outputs: Vec<PathBuf>,
+    /// The file entry it came from (0-based).
+    pub entry: usize,
+}
+
+/// A checked graph: ids unique, every dependency known, no cycle.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    /// The activities, in file order, sweeps expanded in place.
+    pub nodes: Vec<Node>,
+    index: HashMap<String, usize>,
+}
+
+impl Graph {
+    /// Reads and checks the graph file at `path`; relative `file` sweeps
+    /// are read next to it.
+    pub fn load(path: &Path) -> Result<Graph, GraphErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            GraphErrors(vec![GraphError {
+                file: path.display().to_string(),
+                line_column: None,
+                entry: None,
+                message: format!("cannot read the graph file: {e}"),
+            }])
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Graph::parse(&text, Format::of(path), &path.display().to_string(), base)
+    }
+
+    /// Checks the graph in `text`. `file` names it in messages; `base` is
+    /// where relative sweep files are.
+    pub fn parse(
+        text: &str,
+        format: Format,
+        file: &str,
+        base: &Path,
+    ) -> Result<Graph, GraphErrors> {
+        let mut errors = Errors {
+            file: file.to_string(),
+            text,
+            spans: Vec::new(),
+            list: Vec::new(),
+        };
+        let raw: RawGraph = match format {
+            Format::Toml => match toml::from_str(text) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    errors.at_span(e.span(), None, e.message().to_string());
+                    return Err(errors.finish());
+                }
+            },
+            Format::Json => match serde_json::from_str(text) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    errors.list.push(GraphError {
+                        file: file.to_string(),
+                        line_column: Some((e.line(), e.column())),
+                        entry: None,
+                        message: e.to_string(),
+                    });
+                    return Err(errors.finish());
+                }
+            },
+        };
+        if format == Format::Toml {
+            errors.spans = toml_spans(text);
+        }
+        if raw.activities.is_empty() {
+            errors.at_span(None, None, "the graph has no `[[activity]]` entries".into());
+            return Err(errors.finish());
+        }
+
+        let mut graph = Graph::default();
+        // Each node's dependency texts, rendered, with their entry's item index.
+        let mut wanted: Vec<Vec<(String, usize)>> = Vec::new();
+        for (k, entry) in raw.activities.iter().enumerate() {
+            let Some(instances) = expand(entry, k, base, &mut errors) else {
+                continue;
+            };
+            for (values, after) in instances {
+                let node = match build(entry, k, &values, &mut errors) {
+                    Some(node) => node,
+                    None => break,
+                };
+                if let Some(&first) = graph.index.get(&node.id) {
+                    let earlier = graph.nodes[first].entry;
+                    errors.at_field(
+                        k,
+                        entry,
+                        "id",
+                        format!(
+                            "duplicate id `{}`: entry {} already has it{}",
+                            node.id,
+                            earlier + 1,
+                            errors.line_of_entry(earlier)
+                        ),
+                    );
+                    break;
+                }
+                graph.index.insert(node.id.clone(), graph.nodes.len());
+                graph.nodes.push(node);
+                wanted.push(after);
+            }
+        }
+        if !errors.list.is_empty() {
+            return Err(errors.finish());
+        }
+
+        for (n, after) in wanted.into_iter().enumerate() {
+            let entry_index = graph.nodes[n].entry;
+            let entry = &raw.activities[entry_index];
+            let mut deps = Vec::new();
+            for (dependency, item) in after {
+                let found: Vec<usize> = if dependency.contains('*') {
+                    graph
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(m, node)| *m != n && glob_match(&dependency, &node.id))
+                        .map(|(m, _)| m)
+                        .collect()
+                } else {
+                    graph.index.get(&dependency).copied().into_iter().collect()
+                };
+                if found.is_empty() {
+                    let hint = closest(&dependency, graph.index.keys())
+                        .map(|c| format!(" (did you mean `{c}`?)"))
+                        .unwrap_or_default();
+                    let what = if dependency.contains('*') {
+                        "matches no activity"
+                    } else {
+                        "is not an activity of this graph"
+                    };
+                    let message = format!(
+                        "`{}` runs after `{dependency}`, which {what}{hint}",
+                        graph.nodes[n].id
+                    );
+                    errors.at_after_item(entry_index, entry, item, message);
+                }
+                deps.extend(found);
+            }
+            deps.sort_unstable();
+            deps.dedup();
+            graph.nodes[n].after = deps;
+        }
+        if !errors.list.is_empty() {
+            return Err(errors.finish());
+        }
+        if let Some(cycle) = graph.find_cycle() {
+            let names: Vec<&str> = cycle.iter().map(|&n| graph.nodes[n].id.as_str()).collect();
+            let first = graph.nodes[cycle[0]].entry;
+            let message = format!(
+                "the dependencies form a cycle: {} -> {}",
+                names.join(" -> "),
+                names[0]
+            );
+            errors.at_field(first, &raw.activities[first], "after", message);
+            return Err(errors.finish());
+        }
+        Ok(graph)
+    }
+
+    /// The node with this id.
+    pub fn get(&self, id: &str) -> Option<&Node> {
+        self.index.get(id).map(|&n| &self.nodes[n])
+    }
+
+    /// Node indices such that every node comes after its dependencies.
+    pub fn topological_order(&self) -> Vec<usize> {
+        let mut waiting: Vec<usize> = self.nodes.iter().map(|n| n.after.len()).collect();
+        let dependants = self.dependants();
+        let mut ready: Vec<usize> = (0..self.nodes.len()).filter(|&n| waiting[n] == 0).collect();
+        let mut order = Vec::with_capacity(self.nodes.len());
+        while let Some(n) = ready.pop() {
+            order.push(n);
+            for &d in &dependants[n] {
+                waiting[d] -= 1;
+                if waiting[d] == 0 {
+                    ready.push(d);
+                }
+            }
+        }
+        order
+    }
+
+    /// For each node, the nodes that run after it.
+    pub fn dependants(&self) -> Vec<Vec<usize>> {
+        let mut dependants = vec![Vec::new(); self.nodes.len()];
+        for (n, node) in self.nodes.iter().enumerate() {
+            for &d in &node.after {
+                dependants[d].push(n);
+            }
+        }
+        dependants
+    }
+
+    /// Some cycle, as a path of node indices, if the graph has one.
+    fn find_cycle(&self) -> Option<Vec<usize>> {
+        let order = self.topological_order();
+        if order.len() == self.nodes.len() {
+            return None;
+        }
+        // Every node left over waits, directly or not, on a cycle: walk
+        // back along unfinished dependencies until a node repeats.
+        let mut done = vec![false; self.nodes.len()];
+        for &n in &order {
+            done[n] = true;
+        }
+        let start = (0..self.nodes.len()).find(|&n| !done[n])?;
+        let mut path = vec![start];
+        let mut seen: HashMap<usize, usize> = HashMap::from([(start, 0)]);
+        let mut at = start;
+        loop {
+            let next = *self.nodes[at].after.iter().find(|&&d| !done[d])?;
+            if let Some(&position) = seen.get(&next) {
+                let mut cycle = path.split_off(position);
+                // Print it in the direction work flows: dependency first.
+                cycle.reverse();
+                return Some(cycle);
+            }
+            seen.insert(next, path.len());
+            path.push(next);
+            at = next;
+        }
+    }
+}
+
+/// The sweep's instances: variable values and rendered dependency texts.
+type Instance = (BTreeMap<String, String>, Vec<(String, usize)>);
+
+fn expand(entry: &RawEntry, k: usize, base: &Path, errors: &mut Errors) -> Option<Vec<Instance>> {
+    let mut variables: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, values) in &entry.sweep {
+        match sweep_values(values, base) {
+            Ok(list) if list.is_empty() => {
+                errors.at_field(
+                    k,
+                    entry,
+                    "for",
+                    format!("sweep variable `{name}` has no values"),
+                );
+                return None;
+            }
+            Ok(list) => variables.push((name.clone(), list)),
+            Err(message) => {
+                errors.at_field(
+                    k,
+                    entry,
+                    "for",
+                    format!("sweep variable `{name}`: {message}"),
+                );
+                return None;
+            }
+        }
+    }
+    let total = variables
+        .iter()
+        .try_fold(1usize, |acc, (_, v)| acc.checked_mul(v.len()))
+        .filter(|&t| t <= MAX_INSTANCES);
+    let Some(total) = total else {
+        errors.at_field(
+            k,
+            entry,
+            "for",
+            format!("the sweep expands to more than {MAX_INSTANCES} activities"),
+        );
+        return None;
+    };
+    let known: Vec<&str> = variables.iter().map(|(n, _)| n.as_str()).collect();
+    let mut after = Vec::new();
+    for (item, text) in entry.after.iter().enumerate() {
+        match Template::parse(text).and_then(|t| t.check(&known).map(|()| t)) {
+            Ok(t) => after.push((t, item)),
+            Err(e) => {
+                errors.at_after_item(k, entry, item, format!("in `after`: {e}"));
+                return None;
+            }
+        }
+    }
+    let mut instances = Vec::with_capacity(total);
+    for i in 0..total {
+        let mut rest = i;
+        let mut values = BTreeMap::new();
+        // Nested loops over the variables in name order; the last changes fastest.
+        for (name, list) in variables.iter().rev() {
+            values.insert(name.clone(), list[rest % list.len()].clone());
+            rest /= list.len();
+        }
+        let deps = after
+            .iter()
+            .map(|(t, item)| (t.render(&values), *item))
+            .collect();
+        instances.push((values, deps));
+    }
+    Some(instances)
+}
+
+fn sweep_values(values: &RawValues, base: &Path) -> Result<Vec<String>, String> {
+    match values {
+        RawValues::Range(text) => {
+            let bad = || format!("`{text}` is not a range like `1..=1052` or `0..8`");
+            let (lo, hi, inclusive) = if let Some((lo, hi)) = text.split_once("..=") {
+                (lo, hi, true)
+            } else if let Some((lo, hi)) = text.split_once("..") {
+                (lo, hi, false)
+            } else {
+                return Err(bad());
+            };
+            let lo: i64 = lo.trim().parse().map_err(|_| bad())?;
+            let hi: i64 = hi.trim().parse().map_err(|_| bad())?;
+            let hi = if inclusive { hi } else { hi - 1 };
+            if hi < lo {
+                return Ok(Vec::new());
+            }
+            if (hi - lo) as u64 >= MAX_INSTANCES as u64 {
+                return Err(format!("`{text}` has more than {MAX_INSTANCES} values"));
+            }
+            Ok((lo..=hi).map(|v| v.to_string()).collect())
+        }
+        RawValues::List(items) => items
+            .iter()
+            .map(|v| match v {
+                toml::Value::String(s) => Ok(s.clone()),
+                toml::Value::Integer(i) => Ok(i.to_string()),
+                toml::Value::Float(f) => Ok(f.to_string()),
+                toml::Value::Boolean(b) => Ok(b.to_string()),
+                other => Err(format!(
+                    "list items must be strings or numbers, not {other}"
+                )),
+            })
+            .collect(),
+        RawValues::File { file } => {
+            let path = base.join(file);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            Ok(text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string)
+                .collect())
+        }
+    }
+}
+
+fn build(
+    entry: &RawEntry,
+    k: usize,
+    values: &BTreeMap<String, String>,
+    errors: &mut Errors,
+) -> Option<Node> {
+    let known: Vec<&str> = values.keys().map(String::as_str).collect();
+    // Renders one field's text, or records why it cannot be.
+    let render = |field: &str, text: &str, errors: &mut Errors| -> Option<String> {
+        match Template::parse(text).and_then(|t| t.check(&known).map(|()| t)) {
+            Ok(t) => Some(t.render(values)),
+            Err(e) => {
+                errors.at_field(k, entry, field, format!("in `{field}`: {e}"));
+                None
+            }
+        }
+    };
+    let id = render("id", &entry.id, errors)?;
+    if id.trim().is_empty() {
+        errors.at_field(k, entry, "id", "the id is empty".into());
+        return None;
+    }
+    let program = match (&entry.command, &entry.script) {
+        (Some(command), None) => ShellSpec::command(render("command", command, errors)?),
+        (None, Some(script)) => ShellSpec::script(render("script", script, errors)?),
+        (Some(_), Some(_)) => {
+            errors.at_field(
+                k,
+                entry,
+                "script",
+                format!("`{id}` has both `command` and `script`; give one"),
+            );
+            return None;
+        }
+        (None, None) => {
+            errors.at_field(
+                k,
+                entry,
+                "id",
+                format!("`{id}` has neither `command` nor `script`"),
+            );
+            return None;
+        }
+    };
+    let mut spec = program.name(id.clone());
+    for arg in &entry.args {
+        spec = spec.arg(render("args", arg, errors)?);
+    }
+    for (name, value) in &entry.env {
+        spec = spec.env(name.clone(), render("env", value, errors)?);
+    }
+    if let Some(cwd) = &entry.cwd {
+        spec = spec.cwd(render("cwd", cwd, errors)?);
+    }
+    if let Some(context) = &entry.context {
+        match parse_context(context) {
+            Ok(list) => spec = spec.context(list),
+            Err(message) => {
+                errors.at_field(k, entry, "context", message);
+                return None;
+            }
+        }
+    }
+    if let Some(timeout) = &entry.timeout {
+        match parse_duration(timeout) {
+            Ok(t) => spec = spec.timeout(t),
+            Err(message) => {
+                errors.at_field(k, entry, "timeout", message);
+                return None;
+            }
+        }
+    }
+    spec = spec.retry(RetryPolicy::attempts(entry.retries.saturating_add(1)));
+    let paths = |field: &str, list: &[String], errors: &mut Errors| -> Option<Vec<PathBuf>> {
+        list.iter()
+            .map(|p| render(field, p, errors).map(PathBuf::from))
+            .collect()
+    };
+    let inputs = paths("inputs", &entry.inputs, errors)?;
+    let outputs = paths("outputs", &entry.outputs, errors)?;
+    Some(Node {
+        id,
+        spec,
+        after: Vec::new(),
+        inputs,
+        outputs,
+        entry: k,
+    })
+}
+
+/// `"a|b"`, `"a>b"`, `"a,b"`, or a list meaning any of them.
+pub fn parse_context(context: &RawContext) -> Result<ContextList, String> {
+    match context {
+        RawContext::Text(text) => text
+            .parse::<ContextList>()
+            .map_err(|e| format!("bad context `{text}`: {e}")),
+        RawContext::List(items) => {
+            let contexts = items
+                .iter()
+                .map(|t| {
+                    t.parse::<Context>()
+                        .map_err(|e| format!("bad context `{t}`: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if contexts.is_empty() {
+                return Err("an empty context list matches no executor".into());
+            }
+            Ok(ContextList::any_of(contexts))
+        }
+    }
+}
+
+/// Seconds, or `"90s"`, `"10m"`, `"2h"`, `"1h30m"`, `"250ms"`.
+pub fn parse_duration(duration: &RawDuration) -> Result<Duration, String> {
+    match duration {
+        RawDuration::Seconds(s) if s.is_finite() && *s > 0.0 => Ok(Duration::from_secs_f64(*s)),
+        RawDuration::Seconds(s) => Err(format!("timeout must be positive, not {s}")),
+        RawDuration::Text(text) => {
+            let bad = || {
+                format!("bad duration `{text}`: write e.g. `90s`, `10m`, `1h30m` or a number of seconds")
+            };
+            let mut total = Duration::ZERO;
+            let mut rest = text.trim();
+            if rest.is_empty() {
+                return Err(bad());
+            }
+            while !rest.is_empty() {
+                let digits = rest
+                    .find(|c: char| !c.is_ascii_digit() && c != '.')
+                    .ok_or_else(bad)?;
+                let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+                rest = &rest[digits..];
+                let unit_len = rest
+                    .find(|c: char| c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                let seconds = match rest[..unit_len].trim() {
+                    "ms" => 0.001,
+                    "s" => 1.0,
+                    "m" | "min" => 60.0,
+                    "h" => 3600.0,
+                    "d" => 86400.0,
+                    _ => return Err(bad()),
+                };
+                total += Duration::from_secs_f64(number * seconds);
+                rest = &rest[unit_len..];
+            }
+            if total.is_zero() {
+                return Err(bad());
+            }
+            Ok(total)
+        }
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The known id nearest to `wanted` by edit distance, if it is close.
+fn closest<'a>(wanted: &str, ids: impl Iterator<Item = &'a String>) -> Option<&'a str> {
+    let limit = (wanted.len() / 3).max(1);
+    ids.map(|id| (edit_distance(wanted, id), id))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, id)| id.as_str())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// One problem in a graph file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphError {
+    /// The file, as given.
+    pub file: String,
+    /// 1-based line and column, when known (TOML, and JSON syntax errors).
+    pub line_column: Option<(usize, usize)>,
+    /// The entry (1-based) and its id as written, when the problem is in one.
+    pub entry: Option<(usize, String)>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        match (&self.line_column, &self.entry) {
+            (Some((line, column)), _) => write!(f, ":{line}:{column}")?,
+            (None, Some((k, id))) => write!(f, ": activity {k} (`{id}`)")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Every problem found in a graph file, one per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphErrors(pub Vec<GraphError>);
+
+impl fmt::Display for GraphErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for GraphErrors {}
+
+/// Collects errors, placing each at the best location the format allows.
+struct Errors<'t> {
+    file: String,
+    text: &'t str,
+    spans: Vec<EntrySpans>,
+    list: Vec<GraphError>,
+}
+
+impl Errors<'_> {
+    fn line_column(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, column)
+    }
+
+    fn at_span(
+        &mut self,
+        span: Option<Range<usize>>,
+        entry: Option<(usize, String)>,
+        message: String,
+    ) {
+        let line_column = span.map(|s| self.line_column(s.start));
+        self.list.push(GraphError {
+            file: self.file.clone(),
+            line_column,
+            entry,
+            message,
+        });
+    }
+
+    fn at_field(&mut self, k: usize, entry: &RawEntry, field: &str, message: String) {
+        let span = self
+            .spans
+            .get(k)
+            .and_then(|s| s.fields.get(field).cloned().or_else(|| s.entry.clone()));
+        self.at_span(span, Some((k + 1, entry.id.clone())), message);
+    }
+
+    fn at_after_item(&mut self, k: usize, entry: &RawEntry, item: usize, message: String) {
+        match self.spans.get(k).and_then(|s| s.after.get(item)).cloned() {
+            Some(span) => self.at_span(Some(span), Some((k + 1, entry.id.clone())), message),
+            None => self.at_field(k, entry, "after", message),
+        }
+    }
+
+    fn line_of_entry(&self, k: usize) -> String {
+        match self.spans.get(k).and_then(|s| s.entry.clone()) {
+            Some(span) => format!(" (line {})", self.line_column(span.start).0),
+            None => String::new(),
+        }
+    }
+
+    fn finish(self) -> GraphErrors {
+        GraphErrors(self.list)
+    }
+}

@@ -1,0 +1,37 @@
+//! Activity graph files: the pipeline a scientist already has, written as
+//! TOML (or JSON) and checked before anything runs.
+//!
+//! ```toml
+//! [[activity]]
+//! id = "prepare"
+//! script = "mkdir -p work && cp /data/pairs/*.fits work/"
+//!
+//! [[activity]]
+//! id = "detect-{pair}"
+//! for = { pair = "1..=1052" }        # or ["a", "b"], or { file = "pairs.txt" }
+//! command = "scripts/supernova/detect.sh"
+//! args = ["work/{pair}-a.fits", "work/{pair}-b.fits"]
+//! context = "site:vu|anywhere"
+//! after = ["prepare"]
+//! retries = 2
+//! timeout = "10m"
+//!
+//! [[activity]]
+//! id = "report"
+//! command = "scripts/supernova/report.sh"
+//! after = ["detect-*"]                # a glob: every detect
+//! ```
+//!
+//! [`Graph::load`] expands sweeps and checks the whole file at once:
+//! unknown dependencies (with a suggestion), cycles (named), duplicate ids,
+//! bad templates, contexts and durations. Each error says where it is:
+//! `pipeline.toml:12:9: …` for TOML, the entry and its id for JSON.
+
+mod file;
+mod graph;
+mod template;
+
+pub use crate::graph::{
+    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_INSTANCES,
+};
+pub use template::{Template, TemplateError};

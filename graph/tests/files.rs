@@ -1,0 +1,240 @@
+//! Graph files, good and bad, as users write them.
+
+use std::path::Path;
+
+use graph::{Format, Graph, GraphErrors};
+
+fn parse(text: &str) -> Result<Graph, GraphErrors> {
+    Graph::parse(text, Format::Toml, "pipeline.toml", Path::new("."))
+}
+
+fn error(text: &str) -> String {
+    parse(text).expect_err("the file is bad").to_string()
+}
+
+#[test]
+fn sweeps_expand_and_dependencies_follow_them() {
+    let graph = parse(
+        r#"
+[[activity]]
+id = "prepare"
+script = "mkdir -p work"
+
+[[activity]]
+id = "detect-{pair}-{band}"
+for = { pair = "1..=3", band = ["r", "i"] }
+command = "detect.sh"
+args = ["work/{pair}.{band}.fits"]
+after = ["prepare"]
+context = "site:vu|anywhere"
+timeout = "1m30s"
+retries = 2
+
+[[activity]]
+id = "combine-{pair}"
+for = { pair = "1..4" }
+command = "combine.sh"
+after = ["detect-{pair}-*"]
+
+[[activity]]
+id = "report"
+command = "report.sh"
+after = ["combine-*"]
+"#,
+    )
+    .unwrap();
+    assert_eq!(graph.nodes.len(), 1 + 6 + 3 + 1);
+    let detect = graph.get("detect-2-i").unwrap();
+    assert_eq!(detect.after, [0]);
+    assert_eq!(detect.spec.program.argv(), ["detect.sh", "work/2.i.fits"]);
+    assert_eq!(detect.spec.context.to_string(), "site:vu | anywhere");
+    assert_eq!(
+        detect.spec.timeout,
+        Some(std::time::Duration::from_secs(90))
+    );
+    assert_eq!(detect.spec.retry.max_attempts, 3);
+    let combine: Vec<&str> = graph
+        .get("combine-2")
+        .unwrap()
+        .after
+        .iter()
+        .map(|&n| graph.nodes[n].id.as_str())
+        .collect();
+    assert_eq!(combine, ["detect-2-r", "detect-2-i"]);
+    assert_eq!(graph.get("report").unwrap().after.len(), 3);
+    let order = graph.topological_order();
+    let position = |id: &str| order.iter().position(|&n| graph.nodes[n].id == id).unwrap();
+    assert!(position("prepare") < position("detect-3-r"));
+    assert!(position("detect-3-r") < position("combine-3"));
+    assert!(position("combine-3") < position("report"));
+}
+
+#[test]
+fn sweeps_read_from_a_file_next_to_the_graph() {
+    let dir = std::env::temp_dir().join(format!("constellation-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("pairs.txt"), "# pairs\nSN-A\n\nSN-B\n").unwrap();
+    let path = dir.join("sweep.toml");
+    std::fs::write(
+        &path,
+        "[[activity]]\nid = \"x-{p}\"\nfor = { p = { file = \"pairs.txt\" } }\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let graph = Graph::load(&path).unwrap();
+    let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids, ["x-SN-A", "x-SN-B"]);
+}
+
+#[test]
+fn json_is_accepted_too() {
+    let graph = Graph::parse(
+        r#"{"activity": [
+            {"id": "a", "command": "true"},
+            {"id": "b", "script": "echo hi", "after": ["a"]}
+        ]}"#,
+        Format::Json,
+        "g.json",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_eq!(graph.get("b").unwrap().after, [0]);
+    let bad = Graph::parse(
+        r#"{"activity": [{"id": "a", "command": "true", "after": ["nope"]}]}"#,
+        Format::Json,
+        "g.json",
+        Path::new("."),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        bad,
+        "g.json: activity 1 (`a`): `a` runs after `nope`, which is not an activity of this graph"
+    );
+}
+
+#[test]
+fn unknown_dependencies_point_at_the_item_and_suggest_a_fix() {
+    let message = error(
+        "[[activity]]\nid = \"prepare\"\ncommand = \"true\"\n\n[[activity]]\nid = \"detect\"\ncommand = \"true\"\nafter = [\"prepare\", \"prepar\"]\n",
+    );
+    assert_eq!(
+        message,
+        "pipeline.toml:8:21: `detect` runs after `prepar`, which is not an activity of this graph (did you mean `prepare`?)"
+    );
+    let glob = error("[[activity]]\nid = \"a\"\ncommand = \"true\"\nafter = [\"zz-*\"]\n");
+    assert!(glob.contains("`zz-*`, which matches no activity"), "{glob}");
+}
+
+#[test]
+fn cycles_are_named() {
+    let message = error(
+        r#"
+[[activity]]
+id = "a"
+command = "true"
+after = ["c"]
+
+[[activity]]
+id = "b"
+command = "true"
+after = ["a"]
+
+[[activity]]
+id = "c"
+command = "true"
+after = ["b"]
+"#,
+    );
+    assert!(
+        message.contains("the dependencies form a cycle: ")
+            && ["a -> b -> c -> a", "b -> c -> a -> b", "c -> a -> b -> c"]
+                .iter()
+                .any(|c| message.contains(c)),
+        "{message}"
+    );
+    assert!(message.starts_with("pipeline.toml:"), "{message}");
+    let own = error("[[activity]]\nid = \"a\"\ncommand = \"true\"\nafter = [\"a\"]\n");
+    assert!(own.contains("cycle: a -> a"), "{own}");
+}
+
+#[test]
+fn duplicate_ids_name_both_places() {
+    let message = error(
+        "[[activity]]\nid = \"x-1\"\ncommand = \"true\"\n\n[[activity]]\nid = \"x-{i}\"\nfor = { i = \"1..=2\" }\ncommand = \"true\"\n",
+    );
+    assert_eq!(
+        message,
+        "pipeline.toml:6:6: duplicate id `x-1`: entry 1 already has it (line 1)"
+    );
+}
+
+#[test]
+fn each_class_of_bad_file_gets_a_clear_message() {
+    let cases = [
+        ("[[activity]]\nid = \"a\"\n", "pipeline.toml:2:6: `a` has neither `command` nor `script`"),
+        (
+            "[[activity]]\nid = \"a\"\ncommand = \"x\"\nscript = \"y\"\n",
+            "pipeline.toml:4:10: `a` has both `command` and `script`; give one",
+        ),
+        (
+            "[[activity]]\nid = \"a-{pair\"\nfor = { pair = \"1..=2\" }\ncommand = \"x\"\n",
+            "pipeline.toml:2:6: in `id`: `{` at byte 2 is never closed",
+        ),
+        (
+            "[[activity]]\nid = \"a-{pari}\"\nfor = { pair = \"1..=2\" }\ncommand = \"x\"\n",
+            "pipeline.toml:2:6: in `id`: unknown placeholder `{pari}`; this entry defines `{pair}`",
+        ),
+        (
+            "[[activity]]\nid = \"a\"\ncommand = \"x\"\nargs = [\"{i}\"]\n",
+            "pipeline.toml:4:8: in `args`: unknown placeholder `{i}`; this entry defines no variables",
+        ),
+        (
+            "[[activity]]\nid = \"a\"\ncommand = \"x\"\ncontext = \"size=big\"\n",
+            "pipeline.toml:4:11: bad context `size=big`: bad rank",
+        ),
+        (
+            "[[activity]]\nid = \"a\"\ncommand = \"x\"\ntimeout = \"ten minutes\"\n",
+            "pipeline.toml:4:11: bad duration `ten minutes`",
+        ),
+        (
+            "[[activity]]\nid = \"a-{i}\"\nfor = { i = \"1-5\" }\ncommand = \"x\"\n",
+            "pipeline.toml:3:7: sweep variable `i`: `1-5` is not a range",
+        ),
+        (
+            "[[activity]]\nid = \"a-{i}\"\nfor = { i = \"0..=2000000\" }\ncommand = \"x\"\n",
+            "has more than 1000000 values",
+        ),
+        (
+            "[[activity]]\nid = \"a\"\ncommand = \"x\"\nretires = 3\n",
+            "pipeline.toml:4:1: unknown field `retires`",
+        ),
+        ("[[activity]]\nid = \"a\"\ncommand = \n", "pipeline.toml:3:11:"),
+        ("", "pipeline.toml: the graph has no `[[activity]]` entries"),
+    ];
+    for (text, expected) in cases {
+        let message = error(text);
+        assert!(
+            message.contains(expected),
+            "for\n{text}\nexpected {expected:?}\n     got {message:?}"
+        );
+    }
+}
+
+#[test]
+fn every_error_in_a_file_is_reported_at_once() {
+    let message = error(
+        "[[activity]]\nid = \"a\"\n\n[[activity]]\nid = \"b\"\ncommand = \"x\"\ntimeout = -1\n",
+    );
+    assert_eq!(message.lines().count(), 2, "{message}");
+}
+
+#[test]
+fn a_missing_file_says_so() {
+    let message = Graph::load(Path::new("/nonexistent/pipeline.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("/nonexistent/pipeline.toml: cannot read the graph file"),
+        "{message}"
+    );
+}
