@@ -56,6 +56,16 @@ pub trait Activity: Send + 'static {
     fn cleanup(&mut self, _cx: &mut ActivityCx<'_>) {}
 }
 
+/// The text of a caught panic's payload, for reports: the message of a
+/// `panic!` with one, else a placeholder.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".to_string())
+}
+
 /// Submissions and events an activity produced during one call. The driver
 /// hands them to the scheduler when the call returns, in one step.
 #[derive(Default)]

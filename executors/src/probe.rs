@@ -23,15 +23,26 @@ use serde::{Deserialize, Serialize};
 /// The environment variable that names the site when none is given.
 pub const SITE_VAR: &str = "CONSTELLATION_SITE";
 
-/// One GPU the probe found.
+/// One GPU as the driver describes it. Defined here, not in the `gpu`
+/// module, so that a build without CUDA still has the probe's types.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuSummary {
-    /// The device's ordinal, as `CUDA_VISIBLE_DEVICES` counts.
+pub struct GpuInfo {
+    /// The driver's device ordinal, as `CUDA_VISIBLE_DEVICES` counts.
     pub ordinal: usize,
-    /// The driver's name for it, e.g. `NVIDIA H100 80GB HBM3`.
-    pub model: String,
-    /// Its memory in bytes.
+    /// The marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Total device memory in bytes.
     pub memory_bytes: u64,
+    /// Compute capability as (major, minor), e.g. (9, 0).
+    pub compute_capability: (u32, u32),
+}
+
+impl GpuInfo {
+    /// The executor label naming this GPU's model, e.g.
+    /// `gpu:nvidia-h100-80gb-hbm3`.
+    pub fn model_label(&self) -> String {
+        format!("gpu:{}", label_name(&self.name))
+    }
 }
 
 /// What the probe found.
@@ -44,7 +55,7 @@ pub struct Hardware {
     /// Memory in bytes: the machine's, or the cgroup limit if lower.
     pub memory_bytes: u64,
     /// GPUs CUDA reports; empty without a driver.
-    pub gpus: Vec<GpuSummary>,
+    pub gpus: Vec<GpuInfo>,
     /// Why no GPU was found, when none was: no driver, no devices, or no CUDA support built in.
     pub gpu_note: Option<String>,
     /// The site, if known.
@@ -74,7 +85,7 @@ impl Hardware {
         let mut labels = Vec::new();
         if let Some(first) = self.gpus.first() {
             labels.push(Context::new("gpu"));
-            labels.push(Context::new(&format!("gpu:{}", label_name(&first.model))));
+            labels.push(Context::new(&first.model_label()));
             labels.push(Context::new("gpus").with_rank(self.gpus.len() as i64));
         }
         labels.push(Context::new("cpu"));
@@ -127,7 +138,7 @@ impl fmt::Display for Hardware {
                 f,
                 "gpu {}   {} ({:.1} GiB)",
                 gpu.ordinal,
-                gpu.model,
+                gpu.name,
                 gpu.memory_bytes as f64 / (1u64 << 30) as f64
             )?;
         }
@@ -158,25 +169,16 @@ pub fn label_name(text: &str) -> String {
 }
 
 #[cfg(feature = "cuda")]
-fn probe_gpus() -> (Vec<GpuSummary>, Option<String>) {
+fn probe_gpus() -> (Vec<GpuInfo>, Option<String>) {
     match crate::gpu::probe() {
         Ok(gpus) if gpus.is_empty() => (Vec::new(), Some("the CUDA driver sees no devices".into())),
-        Ok(gpus) => (
-            gpus.into_iter()
-                .map(|g| GpuSummary {
-                    ordinal: g.ordinal,
-                    model: g.name,
-                    memory_bytes: g.memory_bytes,
-                })
-                .collect(),
-            None,
-        ),
+        Ok(gpus) => (gpus, None),
         Err(error) => (Vec::new(), Some(error.to_string())),
     }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn probe_gpus() -> (Vec<GpuSummary>, Option<String>) {
+fn probe_gpus() -> (Vec<GpuInfo>, Option<String>) {
     (
         Vec::new(),
         Some("built without the `cuda` feature".to_string()),
@@ -230,10 +232,11 @@ mod tests {
             hostname: "node042.cluster".into(),
             cores: 16,
             memory_bytes: 64 << 30,
-            gpus: vec![GpuSummary {
+            gpus: vec![GpuInfo {
                 ordinal: 0,
-                model: "NVIDIA H100 80GB HBM3".into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
                 memory_bytes: 80 << 30,
+                compute_capability: (9, 0),
             }],
             gpu_note: None,
             site: Some("VU Amsterdam".into()),

@@ -172,6 +172,16 @@ fn wait_dead(pid: u32) -> bool {
     true
 }
 
+/// The command in `dir` wrote the pid of a background child to
+/// `background.pid`; that child must be gone.
+fn assert_background_child_died(dir: &Path) {
+    let background = read_pid(&dir.join("background.pid"));
+    assert!(
+        wait_dead(background),
+        "background child {background} survived"
+    );
+}
+
 #[test]
 fn a_timeout_kills_the_whole_process_group() {
     let dir = scratch("timeout");
@@ -189,11 +199,7 @@ fn a_timeout_kills_the_whole_process_group() {
         }
     );
     assert!(started.elapsed() < Duration::from_secs(30));
-    let background = read_pid(&dir.join("background.pid"));
-    assert!(
-        wait_dead(background),
-        "background child {background} survived"
-    );
+    assert_background_child_died(&dir);
 }
 
 #[test]
@@ -205,11 +211,7 @@ fn background_processes_do_not_outlive_a_finished_command() {
     .cwd(&dir)
     .capture(memory())]);
     assert_eq!(text(&results[0].stdout), "done\n");
-    let background = read_pid(&dir.join("background.pid"));
-    assert!(
-        wait_dead(background),
-        "background child {background} survived"
-    );
+    assert_background_child_died(&dir);
 }
 
 #[test]

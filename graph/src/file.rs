@@ -106,8 +106,19 @@ struct SpanDoc {
     activity: Vec<toml::Spanned<BTreeMap<String, toml::Spanned<toml::Value>>>>,
 }
 
+/// `after` once more, as spanned strings, for the place of each item; a
+/// `toml::Value` keeps no spans inside the list.
 #[derive(Deserialize)]
-struct AfterItems(Vec<toml::Spanned<String>>);
+struct AfterDoc {
+    #[serde(default)]
+    activity: Vec<AfterItems>,
+}
+
+#[derive(Deserialize)]
+struct AfterItems {
+    #[serde(default)]
+    after: Vec<toml::Spanned<String>>,
+}
 
 /// Where each entry's fields stand in `text`; empty if `text` is not TOML
 /// of the expected shape (the main parse reports that).
@@ -115,43 +126,23 @@ pub fn toml_spans(text: &str) -> Vec<EntrySpans> {
     let Ok(doc) = toml::from_str::<SpanDoc>(text) else {
         return Vec::new();
     };
+    let mut afters = toml::from_str::<AfterDoc>(text)
+        .map(|d| d.activity)
+        .unwrap_or_default()
+        .into_iter();
     doc.activity
         .into_iter()
-        .map(|entry| {
-            let span = entry.span();
-            let fields = entry.into_inner();
-            // A second look at `after` for the span of each item.
-            let after = fields
-                .get("after")
-                .map(|value| {
-                    let range = value.span();
-                    toml::from_str::<BTreeMap<String, AfterItems>>(&format!(
-                        "after = {}",
-                        &text[range.clone()]
-                    ))
-                    .ok()
-                    .and_then(|mut m| m.remove("after"))
-                    .map(|items| {
-                        // Offsets are relative to the synthetic `after = ` line.
-                        let shift = range.start as isize - "after = ".len() as isize;
-                        items
-                            .0
-                            .iter()
-                            .map(|i| {
-                                let s = i.span();
-                                (s.start as isize + shift) as usize
-                                    ..(s.end as isize + shift) as usize
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default()
-                })
-                .unwrap_or_default();
-            EntrySpans {
-                entry: Some(span),
-                fields: fields.iter().map(|(k, v)| (k.clone(), v.span())).collect(),
-                after,
-            }
+        .map(|entry| EntrySpans {
+            entry: Some(entry.span()),
+            fields: entry
+                .get_ref()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.span()))
+                .collect(),
+            after: afters
+                .next()
+                .map(|a| a.after.iter().map(toml::Spanned::span).collect())
+                .unwrap_or_default(),
         })
         .collect()
 }

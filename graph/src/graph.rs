@@ -318,7 +318,7 @@ fn expand(entry: &RawEntry, k: usize, base: &Path, errors: &mut Errors) -> Optio
     let known: Vec<&str> = variables.iter().map(|(n, _)| n.as_str()).collect();
     let mut after = Vec::new();
     for (item, text) in entry.after.iter().enumerate() {
-        match Template::parse(text).and_then(|t| t.check(&known).map(|()| t)) {
+        match Template::checked(text, &known) {
             Ok(t) => after.push((t, item)),
             Err(e) => {
                 errors.at_after_item(k, entry, item, format!("in `after`: {e}"));
@@ -401,7 +401,7 @@ fn build(
     let known: Vec<&str> = values.keys().map(String::as_str).collect();
     // Renders one field's text, or records why it cannot be.
     let render = |field: &str, text: &str, errors: &mut Errors| -> Option<String> {
-        match Template::parse(text).and_then(|t| t.check(&known).map(|()| t)) {
+        match Template::checked(text, &known) {
             Ok(t) => Some(t.render(values)),
             Err(e) => {
                 errors.at_field(k, entry, field, format!("in `{field}`: {e}"));
@@ -447,22 +447,10 @@ fn build(
         spec = spec.cwd(render("cwd", cwd, errors)?);
     }
     if let Some(context) = &entry.context {
-        match parse_context(context) {
-            Ok(list) => spec = spec.context(list),
-            Err(message) => {
-                errors.at_field(k, entry, "context", message);
-                return None;
-            }
-        }
+        spec = spec.context(errors.or_record(k, entry, "context", parse_context(context))?);
     }
     if let Some(timeout) = &entry.timeout {
-        match parse_duration(timeout) {
-            Ok(t) => spec = spec.timeout(t),
-            Err(message) => {
-                errors.at_field(k, entry, "timeout", message);
-                return None;
-            }
-        }
+        spec = spec.timeout(errors.or_record(k, entry, "timeout", parse_duration(timeout))?);
     }
     spec = spec.retry(RetryPolicy::attempts(entry.retries.saturating_add(1)));
     let paths = |field: &str, list: &[String], errors: &mut Errors| -> Option<Vec<PathBuf>> {
@@ -669,6 +657,19 @@ impl Errors<'_> {
             .get(k)
             .and_then(|s| s.fields.get(field).cloned().or_else(|| s.entry.clone()));
         self.at_span(span, Some((k + 1, entry.id.clone())), message);
+    }
+
+    /// The value, or `None` with the error recorded at `field`.
+    fn or_record<T>(
+        &mut self,
+        k: usize,
+        entry: &RawEntry,
+        field: &str,
+        result: Result<T, String>,
+    ) -> Option<T> {
+        result
+            .map_err(|message| self.at_field(k, entry, field, message))
+            .ok()
     }
 
     fn at_after_item(&mut self, k: usize, entry: &RawEntry, item: usize, message: String) {

@@ -84,6 +84,13 @@ impl Template {
         Ok(Template { pieces })
     }
 
+    /// Parses `text` and checks that its placeholders are among `known`.
+    pub fn checked(text: &str, known: &[&str]) -> Result<Template, TemplateError> {
+        let template = Template::parse(text)?;
+        template.check(known)?;
+        Ok(template)
+    }
+
     /// Whether the template has any placeholder.
     pub fn has_placeholders(&self) -> bool {
         self.pieces.iter().any(|p| matches!(p, Piece::Var(_)))

@@ -61,14 +61,19 @@ fn main() -> Result<()> {
             values.push(value);
             unit_and_direction = (unit, higher_is_better);
         }
-        values.sort_by(f64::total_cmp);
-        let median = values[values.len() / 2];
+        let median = median(&mut values);
         let (unit, higher_is_better) = unit_and_direction;
         println!(
             r#"{{"bench":"{name}","value":{median:.1},"unit":"{unit}","higher_is_better":{higher_is_better}}}"#
         );
     }
     Ok(())
+}
+
+/// The middle value of a non-empty set of runs.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// `count` shell activities running `true` on 2 executors, against the
@@ -111,10 +116,6 @@ fn shell_true(count: usize, runs: usize) -> Result<()> {
             ratios[k].push(rate / ceiling);
         }
     }
-    let median = |values: &mut Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
     let ceiling = median(&mut ceilings);
     for (k, (name, _)) in places.iter().enumerate() {
         println!(

@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::activity::{Activity, ActivityCx, Outbox};
+use crate::activity::{panic_message, Activity, ActivityCx, Outbox};
 use crate::context::{ContextList, ExecutorContext};
 use crate::core::{
     Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, Scheduler, Step,
@@ -929,11 +929,7 @@ fn run_call(
         Ok(Step::Suspend) => (Outcome::Suspend(body), CallEnd::Suspended),
         Ok(Step::Finish) => (Outcome::Finish, CallEnd::Finished),
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-text panic payload".to_string());
+            let message = panic_message(&*panic);
             shared.failed.fetch_add(1, Ordering::Relaxed);
             tracing::error!(activity = %ticket.id(), executor = index, %message, "activity panicked; it is dropped");
             (Outcome::Finish, CallEnd::Failed)

@@ -13,7 +13,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
-use super::{panic_message, CudaDevice, GpuError, GPU_LABEL};
+use constellation::activity::panic_message;
+
+use super::{CudaDevice, GpuError, GPU_LABEL};
 
 /// Work that runs kernels on one GPU, written as a plain serde struct.
 ///
@@ -174,10 +176,6 @@ impl OnGpu {
 impl Activity for OnGpu {
     fn context(&self) -> ContextList {
         self.context.clone()
-    }
-
-    fn may_be_stolen(&self) -> bool {
-        true
     }
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {

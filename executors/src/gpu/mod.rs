@@ -58,15 +58,16 @@ mod activity;
 mod device;
 mod kernels;
 
-use std::any::Any;
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
+use constellation::activity::panic_message;
 use constellation::{Context, ExecutorContext, Resources};
 use cudarc::driver::{result, sys, DriverError};
 use serde::{Deserialize, Serialize};
 
+pub use crate::probe::GpuInfo;
 pub use activity::{CudaActivity, GpuOutcome, GpuOutput, OnGpu};
 /// The `cudarc` version this module is built on, for launching custom
 /// kernels with [`CudaDevice::function`] without a second copy of the crate.
@@ -152,27 +153,6 @@ pub enum GpuError {
     /// blur width.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-}
-
-/// One GPU as the driver describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuInfo {
-    /// The driver's device ordinal, as used by [`CudaDevice::open`].
-    pub ordinal: usize,
-    /// The marketing name, e.g. `NVIDIA H100 80GB HBM3`.
-    pub name: String,
-    /// Total device memory in bytes.
-    pub memory_bytes: u64,
-    /// Compute capability as (major, minor), e.g. (9, 0).
-    pub compute_capability: (u32, u32),
-}
-
-impl GpuInfo {
-    /// The executor label naming this GPU's model, e.g.
-    /// `gpu:nvidia-h100-80gb-hbm3`; see [`model_label`].
-    pub fn model_label(&self) -> String {
-        model_label(&self.name)
-    }
 }
 
 /// The GPUs this process can use, in ordinal order.
@@ -360,17 +340,6 @@ fn guarded<T>(
             panic_message(&*panic)
         )))
     })
-}
-
-/// The text of a panic payload, if it has one.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_string()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
 }
 
 #[cfg(test)]

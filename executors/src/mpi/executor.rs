@@ -11,6 +11,7 @@ use ::mpi::request::{scope, Request, Scope};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Threading;
+use constellation::activity::panic_message;
 use constellation::{Context, ExecutorContext, Payload, PayloadError, PoolBuilder, Resources};
 
 use super::{MpiActivity, MpiError, MpiLink, MpiOutcome, MpiReport, RankFailure, Request as Job};
@@ -416,15 +417,6 @@ fn truncate(message: &str) -> &str {
         end -= 1;
     }
     &message[..end]
-}
-
-/// The text of a panic payload, for reports.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-text panic payload".to_string())
 }
 
 /// Tells rank 0's MPI thread that the main program is done, however it ended.

@@ -96,18 +96,12 @@ impl ShellActivity {
         let mut attempt = 1;
         loop {
             let files = match &spec.capture {
-                Capture::Files { dir } => Some(output_files(spec, dir, activity, attempt)),
-                _ => None,
+                Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
+                _ => Ok(None),
             };
-            let prepared = match files {
-                Some(Err(reason)) => Err(reason),
-                Some(Ok(files)) => Ok(Some(files)),
-                None => Ok(None),
-            };
-            let mut attempt_env = env.clone();
-            attempt_env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
-            let done = match prepared {
-                Ok(files) => process::run_once(spec, &attempt_env, files.as_ref()),
+            env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
+            let done = match files {
+                Ok(files) => process::run_once(spec, &env, files.as_ref()),
                 Err(reason) => process::Attempt {
                     outcome: ShellOutcome::StartFailed { reason },
                     duration: Default::default(),
@@ -115,6 +109,7 @@ impl ShellActivity {
                     stderr: Output::Discarded,
                 },
             };
+            env.pop();
             let retry = attempt < spec.retry.max_attempts
                 && match (&done.outcome, spec.retry.retry_on) {
                     (ShellOutcome::Exited { code: 0 }, _) => false,
@@ -153,15 +148,13 @@ impl ShellActivity {
 /// The executor's contexts as `CONSTELLATION_LABELS` shows them: comma
 /// separated, in priority order, parseable as an executor context again.
 fn executor_labels(cx: &ActivityCx<'_>) -> String {
-    let contexts = &cx.executor_context().contexts;
-    let mut labels = String::new();
-    for (i, context) in contexts.iter().enumerate() {
-        if i > 0 {
-            labels.push(',');
-        }
-        labels.push_str(&context.to_string());
-    }
-    labels
+    let labels: Vec<String> = cx
+        .executor_context()
+        .contexts
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    labels.join(",")
 }
 
 /// Creates the activity's output directory and names the attempt's files:

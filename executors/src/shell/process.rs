@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -96,38 +96,28 @@ pub(crate) fn run_once(
         _ => None,
     };
     let deadline = spec.timeout.map(|t| started + t);
-    let (outcome, status) = match wait_until_exit(&child, deadline) {
-        Ok(true) => (None, None),
-        Ok(false) => (
-            Some(ShellOutcome::TimedOut {
-                after: spec.timeout.unwrap_or_default(),
-            }),
-            None,
-        ),
-        Err(error) => (
-            Some(ShellOutcome::StartFailed {
-                reason: format!("lost track of the process: {error}"),
-            }),
-            None::<ExitStatus>,
-        ),
-    };
+    let exited = wait_until_exit(&child, deadline);
     // The leader has exited (or must die) but is not reaped yet, so its pid
     // cannot have been reused: killing the group reaches only what the
     // command left behind, and no orphan outlives its activity.
     kill_group(&child);
-    let status = status.or_else(|| child.wait().ok());
-    let outcome = outcome.unwrap_or_else(|| match status {
-        Some(status) => ShellOutcome::from_status(status),
-        None => ShellOutcome::StartFailed {
-            reason: "the exit status could not be read".to_string(),
+    let status = child.wait();
+    let outcome = match (exited, status) {
+        (Ok(false), _) => ShellOutcome::TimedOut {
+            after: spec.timeout.unwrap_or_default(),
         },
-    });
+        (Err(error), _) => ShellOutcome::StartFailed {
+            reason: format!("lost track of the process: {error}"),
+        },
+        (Ok(true), Ok(status)) => ShellOutcome::from_status(status),
+        (Ok(true), Err(error)) => ShellOutcome::StartFailed {
+            reason: format!("the exit status could not be read: {error}"),
+        },
+    };
     let (stdout, stderr) = match (readers, files) {
         (Some((out, err)), _) => (join_reader(out), join_reader(err)),
-        (None, Some((out, err))) if matches!(spec.capture, Capture::Files { .. }) => {
-            (Output::File(out.clone()), Output::File(err.clone()))
-        }
-        _ => (Output::Discarded, Output::Discarded),
+        (None, Some((out, err))) => (Output::File(out.clone()), Output::File(err.clone())),
+        (None, None) => (Output::Discarded, Output::Discarded),
     };
     Attempt {
         outcome,
@@ -257,38 +247,12 @@ fn kill_group(child: &Child) {
     unsafe { libc::kill(-group, libc::SIGKILL) };
 }
 
-enum Pipe {
-    Out(ChildStdout),
-    Err(ChildStderr),
-}
-
-impl Read for Pipe {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Pipe::Out(p) => p.read(buf),
-            Pipe::Err(p) => p.read(buf),
-        }
-    }
-}
-
-impl From<ChildStdout> for Pipe {
-    fn from(p: ChildStdout) -> Self {
-        Pipe::Out(p)
-    }
-}
-
-impl From<ChildStderr> for Pipe {
-    fn from(p: ChildStderr) -> Self {
-        Pipe::Err(p)
-    }
-}
-
 type Reader = Option<JoinHandle<io::Result<(Vec<u8>, u64)>>>;
 
 /// Reads a pipe to its end on a thread of its own, keeping the first
 /// `limit` bytes and counting the rest.
-fn read_capped<P: Into<Pipe>>(pipe: Option<P>, limit: usize) -> Reader {
-    let mut pipe: Pipe = pipe?.into();
+fn read_capped<P: Read + Send + 'static>(pipe: Option<P>, limit: usize) -> Reader {
+    let mut pipe = pipe?;
     std::thread::Builder::new()
         .name("shell-output".to_string())
         .spawn(move || {
