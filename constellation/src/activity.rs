@@ -132,6 +132,12 @@ impl<'a> ActivityCx<'a> {
         self.resources.handle()
     }
 
+    /// The node running this call (not necessarily the activity's origin:
+    /// it may have been stolen).
+    pub fn node(&self) -> crate::id::NodeId {
+        self.ids.node()
+    }
+
     /// The index of the executor running this call within its node.
     pub fn executor_index(&self) -> usize {
         self.executor

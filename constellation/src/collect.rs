@@ -23,6 +23,8 @@ struct Mailbox {
 #[derive(Default)]
 struct MailboxState {
     events: Vec<Event>,
+    /// Events already handed out by [`Results::next_batch`].
+    taken: usize,
     complete: bool,
     /// The collector was dropped before it had all its events.
     abandoned: bool,
@@ -71,13 +73,47 @@ impl Results {
         Ok(self.wait()?.remove(0))
     }
 
+    /// Events that arrived since the last batch, as soon as there are any,
+    /// for a main program that acts on results while the run goes on.
+    /// Waits at most `timeout` and may return an empty batch; `None` means
+    /// every expected event has been handed out. A later [`wait`](Self::wait)
+    /// returns only the events no batch took.
+    pub fn next_batch(&self, timeout: Duration) -> Result<Option<Vec<Event>>, CollectError> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.mailbox.state.lock();
+        loop {
+            if !state.events.is_empty() {
+                let batch = std::mem::take(&mut state.events);
+                state.taken += batch.len();
+                return Ok(Some(batch));
+            }
+            if state.complete {
+                return Ok(None);
+            }
+            if state.abandoned {
+                return Err(CollectError::Abandoned {
+                    received: state.taken,
+                    expected: self.expected,
+                });
+            }
+            if self
+                .mailbox
+                .changed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
+                return Ok(Some(Vec::new()));
+            }
+        }
+    }
+
     fn wait_until(&self, deadline: Option<Instant>) -> Result<Vec<Event>, CollectError> {
         let mut state = self.mailbox.state.lock();
         loop {
             if state.complete {
                 return Ok(std::mem::take(&mut state.events));
             }
-            let received = state.events.len();
+            let received = state.taken + state.events.len();
             let expected = self.expected;
             if state.abandoned {
                 return Err(CollectError::Abandoned { received, expected });
@@ -121,7 +157,7 @@ impl MultiEventCollector {
 
     fn step(&self) -> Step {
         let mut state = self.mailbox.state.lock();
-        if state.events.len() >= self.expected {
+        if state.taken + state.events.len() >= self.expected {
             state.complete = true;
             self.mailbox.changed.notify_all();
             Step::Finish
@@ -143,6 +179,8 @@ impl Activity for MultiEventCollector {
 
     fn process(&mut self, _cx: &mut ActivityCx<'_>, event: Event) -> Step {
         self.mailbox.state.lock().events.push(event);
+        // Wakes a `next_batch` waiting for any event, not only the last.
+        self.mailbox.changed.notify_all();
         self.step()
     }
 }
@@ -166,5 +204,35 @@ impl SingleEventCollector {
     #[allow(clippy::new_ret_no_self)]
     pub fn new() -> (MultiEventCollector, Results) {
         MultiEventCollector::new(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Pool;
+
+    #[test]
+    fn batches_hand_out_each_event_once_and_then_say_done() {
+        let pool = Pool::builder().executors(2).start().unwrap();
+        let (collector, results) = MultiEventCollector::new(3);
+        let id = pool.submit(collector).unwrap();
+        assert_eq!(
+            results.next_batch(Duration::from_millis(1)).unwrap().unwrap().len(),
+            0,
+            "nothing sent yet: an empty batch after the timeout"
+        );
+        pool.send(id, 1u32).unwrap();
+        let first = results.next_batch(Duration::from_secs(10)).unwrap().unwrap();
+        assert_eq!(first.len(), 1);
+        pool.send(id, 2u32).unwrap();
+        pool.send(id, 3u32).unwrap();
+        let mut seen = first.len();
+        while let Some(batch) = results.next_batch(Duration::from_secs(10)).unwrap() {
+            seen += batch.len();
+        }
+        assert_eq!(seen, 3);
+        assert!(results.wait().unwrap().is_empty(), "every event was handed out");
+        pool.done().unwrap();
     }
 }

@@ -185,7 +185,8 @@ fn probe_gpus() -> (Vec<GpuInfo>, Option<String>) {
     )
 }
 
-fn hostname() -> String {
+/// This machine's host name, or `unknown`.
+pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
     // when the name fits, and we stop at the first NUL or the end.

@@ -50,6 +50,9 @@ pub struct Node {
     pub outputs: Vec<PathBuf>,
     /// The file entry it came from (0-based).
     pub entry: usize,
+    /// That entry's id before sweep expansion, e.g. `detect-{pair}`: what
+    /// reports group durations by.
+    pub kind: String,
 }
 
 /// A checked graph: ids unique, every dependency known, no cycle.
@@ -467,6 +470,7 @@ fn build(
         inputs,
         outputs,
         entry: k,
+        kind: entry.id.clone(),
     })
 }
 
@@ -535,7 +539,10 @@ pub fn parse_duration(duration: &RawDuration) -> Result<Duration, String> {
 }
 
 /// `*` matches any run of characters; everything else matches itself.
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern == text;
+    }
     let parts: Vec<&str> = pattern.split('*').collect();
     let (first, last) = (parts[0], parts[parts.len() - 1]);
     if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {

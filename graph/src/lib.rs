@@ -27,9 +27,14 @@
 //! bad templates, contexts and durations. Each error says where it is:
 //! `pipeline.toml:12:9: …` for TOML, the entry and its id for JSON.
 
+mod coordinator;
 mod file;
 mod graph;
+mod retarget;
 mod template;
+
+pub use coordinator::{Coordinator, NodeReport};
+pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel, Retargeted};
 
 pub use crate::graph::{
     parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_INSTANCES,

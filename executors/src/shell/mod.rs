@@ -47,7 +47,7 @@ use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event};
 use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
-pub use result::{Output, ShellFailure, ShellOutcome, ShellResult};
+pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
 pub use spec::{
     default_output_dir, Capture, Program, RetryOn, RetryPolicy, ShellSpec, OUTPUT_DIR_VAR,
 };
@@ -94,6 +94,7 @@ impl ShellActivity {
         env.push(("CONSTELLATION_LABELS".to_string(), labels.clone()));
         env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
         let mut attempt = 1;
+        let mut history = Vec::new();
         loop {
             let files = match &spec.capture {
                 Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
@@ -104,12 +105,25 @@ impl ShellActivity {
                 Ok(files) => process::run_once(spec, &env, files.as_ref()),
                 Err(reason) => process::Attempt {
                     outcome: ShellOutcome::StartFailed { reason },
+                    started: std::time::SystemTime::now(),
                     duration: Default::default(),
+                    cpu: None,
                     stdout: Output::Discarded,
                     stderr: Output::Discarded,
                 },
             };
             env.pop();
+            history.push(AttemptRecord {
+                attempt,
+                started: done.started,
+                duration: done.duration,
+                outcome: done.outcome.clone(),
+                cpu: done.cpu,
+                stdout: done.stdout.path().cloned(),
+                stderr: done.stderr.path().cloned(),
+                stdout_bytes: done.stdout.bytes(),
+                stderr_bytes: done.stderr.bytes(),
+            });
             let retry = attempt < spec.retry.max_attempts
                 && match (&done.outcome, spec.retry.retry_on) {
                     (ShellOutcome::Exited { code: 0 }, _) => false,
@@ -128,6 +142,10 @@ impl ShellActivity {
                     stdout: done.stdout,
                     stderr: done.stderr,
                     executor_labels: labels,
+                    node: cx.node(),
+                    host: host_name().to_string(),
+                    executor: cx.executor_index(),
+                    history,
                 };
             }
             attempt += 1;
@@ -143,6 +161,12 @@ impl ShellActivity {
             std::thread::sleep(pause);
         }
     }
+}
+
+/// This machine's host name, read once.
+fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(crate::probe::hostname)
 }
 
 /// The executor's contexts as `CONSTELLATION_LABELS` shows them: comma

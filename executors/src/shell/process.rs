@@ -7,7 +7,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::result::{Output, ShellOutcome};
 use super::spec::{Capture, ShellSpec};
@@ -15,7 +15,11 @@ use super::spec::{Capture, ShellSpec};
 /// What one attempt produced.
 pub(crate) struct Attempt {
     pub outcome: ShellOutcome,
+    /// When the attempt began, by the wall clock, for journals.
+    pub started: SystemTime,
     pub duration: Duration,
+    /// User + system CPU time of the command, where the kernel reported it.
+    pub cpu: Option<Duration>,
     pub stdout: Output,
     pub stderr: Output,
 }
@@ -29,9 +33,12 @@ pub(crate) fn run_once(
     files: Option<&(PathBuf, PathBuf)>,
 ) -> Attempt {
     let started = Instant::now();
+    let started_at = SystemTime::now();
     let failed = |reason: String| Attempt {
         outcome: ShellOutcome::StartFailed { reason },
+        started: started_at,
         duration: started.elapsed(),
+        cpu: None,
         stdout: Output::Discarded,
         stderr: Output::Discarded,
     };
@@ -101,8 +108,9 @@ pub(crate) fn run_once(
     // cannot have been reused: killing the group reaches only what the
     // command left behind, and no orphan outlives its activity.
     kill_group(&child);
-    let status = child.wait();
-    let outcome = match (exited, status) {
+    let status = reap(&child);
+    let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);
+    let outcome = match (exited, status.map(|(status, _)| status)) {
         (Ok(false), _) => ShellOutcome::TimedOut {
             after: spec.timeout.unwrap_or_default(),
         },
@@ -121,10 +129,38 @@ pub(crate) fn run_once(
     };
     Attempt {
         outcome,
+        started: started_at,
         duration: started.elapsed(),
+        cpu,
         stdout,
         stderr,
     }
+}
+
+/// Reaps the exited child with `wait4`, which also reports the CPU time it
+/// used — the figure a report needs for core utilization, and one that
+/// `Child::wait` does not give.
+fn reap(child: &Child) -> io::Result<(ExitStatus, Duration)> {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid out-pointers; `pid` is our unreaped child.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if reaped == pid {
+            break;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    let seconds = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    Ok((
+        ExitStatus::from_raw(status),
+        seconds(usage.ru_utime) + seconds(usage.ru_stime),
+    ))
 }
 
 fn describe_spawn_error(program: &str, error: &io::Error) -> String {

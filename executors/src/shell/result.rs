@@ -2,9 +2,9 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use constellation::ActivityId;
+use constellation::{ActivityId, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// How an attempt ended.
@@ -83,6 +83,16 @@ impl Output {
         }
     }
 
+    /// How many bytes the stream carried: the file's size, or what memory
+    /// kept plus what it dropped; 0 when discarded.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Output::File(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+            Output::Memory { bytes, truncated } => bytes.len() as u64 + truncated,
+            Output::Discarded => 0,
+        }
+    }
+
     /// The file the stream went to, if any.
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
@@ -133,6 +143,37 @@ pub struct ShellResult {
     pub stderr: Output,
     /// The labels of the executor that ran it, as `CONSTELLATION_LABELS` shows them.
     pub executor_labels: String,
+    /// The node that ran it.
+    pub node: NodeId,
+    /// That node's host name.
+    pub host: String,
+    /// The executor's index on that node.
+    pub executor: usize,
+    /// Every attempt, first to last, for journals.
+    pub history: Vec<AttemptRecord>,
+}
+
+/// One attempt of a shell activity, as a journal records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// When it began, by the wall clock.
+    pub started: SystemTime,
+    /// How long it ran.
+    pub duration: Duration,
+    /// How it ended.
+    pub outcome: ShellOutcome,
+    /// User + system CPU time of the command, where the kernel reported it.
+    pub cpu: Option<Duration>,
+    /// Where its standard output went, if to a file.
+    pub stdout: Option<PathBuf>,
+    /// Where its standard error went, if to a file.
+    pub stderr: Option<PathBuf>,
+    /// Bytes it wrote to standard output (all of them, kept or not).
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to standard error.
+    pub stderr_bytes: u64,
 }
 
 impl ShellResult {

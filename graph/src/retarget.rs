@@ -1,0 +1,233 @@
+//! Retargeting a graph without editing it: renaming labels
+//! (`--relabel cpu=gpu`) and assigning contexts by id pattern
+//! (`--context-file`). This is the user-facing form of Table 1 of the
+//! Constellation paper: the same graph runs `anywhere`, at one location, at
+//! a location with a size, at a list of locations, with an `anywhere`
+//! fallback, or on GPUs instead of CPUs.
+
+use std::path::Path;
+
+use constellation::{Context, ContextList, Label, ListMode};
+
+use crate::graph::{glob_match, Graph};
+
+/// One `FROM=TO` label rename.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relabel {
+    /// The label to replace.
+    pub from: String,
+    /// Its replacement.
+    pub to: String,
+}
+
+impl std::str::FromStr for Relabel {
+    type Err = String;
+
+    /// Parses `FROM=TO`, e.g. `cpu=gpu` or `site:vu=site:uva`.
+    fn from_str(text: &str) -> Result<Relabel, String> {
+        let (from, to) = text
+            .split_once('=')
+            .ok_or_else(|| format!("`{text}` is not FROM=TO (e.g. cpu=gpu)"))?;
+        let (from, to) = (from.trim(), to.trim());
+        for (side, label) in [("FROM", from), ("TO", to)] {
+            if label.is_empty() {
+                return Err(format!("`{text}`: {side} is empty"));
+            }
+            // A label must parse as a context on its own, without a rank.
+            match label.parse::<Context>() {
+                Ok(context) if context.rank.is_none() => {}
+                _ => return Err(format!("`{text}`: `{label}` is not a plain label")),
+            }
+        }
+        Ok(Relabel {
+            from: from.to_string(),
+            to: to.to_string(),
+        })
+    }
+}
+
+/// One `pattern = context` line of a context file.
+#[derive(Debug, Clone)]
+pub struct ContextRule {
+    /// An activity id, or a glob with `*`.
+    pub pattern: String,
+    /// The context activities matching it get.
+    pub context: ContextList,
+}
+
+/// Reads a context file: TOML whose keys are activity ids or `*` globs and
+/// whose values are contexts, as in a graph file.
+///
+/// ```toml
+/// "detect-*" = "site:vu|anywhere"
+/// "subtract-*" = ["gpu", "cpu"]
+/// prepare = "anywhere"
+/// ```
+///
+/// Later rules win over earlier ones for the ids both match.
+pub fn read_context_file(path: &Path) -> Result<Vec<ContextRule>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read context file {}: {e}", path.display()))?;
+    parse_context_rules(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Parses the text of a context file; see [`read_context_file`].
+pub fn parse_context_rules(text: &str) -> Result<Vec<ContextRule>, String> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut rules = Vec::new();
+    for (pattern, value) in table {
+        let raw = match value {
+            toml::Value::String(text) => crate::file::RawContext::Text(text),
+            toml::Value::Array(items) => crate::file::RawContext::List(
+                items
+                    .into_iter()
+                    .map(|item| match item {
+                        toml::Value::String(text) => Ok(text),
+                        other => Err(format!(
+                            "`{pattern}`: list items must be strings, found {}",
+                            other.type_str()
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => {
+                return Err(format!(
+                    "`{pattern}`: a context is a string or a list of strings, found {}",
+                    other.type_str()
+                ))
+            }
+        };
+        let context = crate::graph::parse_context(&raw).map_err(|e| format!("`{pattern}`: {e}"))?;
+        rules.push(ContextRule { pattern, context });
+    }
+    Ok(rules)
+}
+
+/// What retargeting changed, for the user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retargeted {
+    /// Activities whose context changed.
+    pub changed: usize,
+    /// Rules (context-file patterns or relabels) that matched nothing,
+    /// which is usually a typo.
+    pub unused: Vec<String>,
+}
+
+impl Graph {
+    /// Applies context-file rules, then label renames, to every node's
+    /// context.
+    pub fn retarget(&mut self, rules: &[ContextRule], relabels: &[Relabel]) -> Retargeted {
+        let mut report = Retargeted::default();
+        let mut used_rules = vec![false; rules.len()];
+        let mut used_relabels = vec![false; relabels.len()];
+        for node in &mut self.nodes {
+            let before = node.spec.context.clone();
+            let mut context = before.clone();
+            for (k, rule) in rules.iter().enumerate() {
+                if glob_match(&rule.pattern, &node.id) {
+                    context = rule.context.clone();
+                    used_rules[k] = true;
+                }
+            }
+            for (k, relabel) in relabels.iter().enumerate() {
+                if let Some(renamed) = rename(&context, relabel) {
+                    context = renamed;
+                    used_relabels[k] = true;
+                }
+            }
+            if context != before {
+                report.changed += 1;
+                node.spec.context = context;
+            }
+        }
+        report.unused.extend(
+            (rules.iter().zip(&used_rules))
+                .filter(|(_, used)| !**used)
+                .map(|(rule, _)| format!("context rule `{}` matches no activity", rule.pattern)),
+        );
+        report.unused.extend(
+            (relabels.iter().zip(&used_relabels))
+                .filter(|(_, used)| !**used)
+                .map(|(r, _)| format!("relabel {}={}: no activity uses `{}`", r.from, r.to, r.from)),
+        );
+        report
+    }
+}
+
+/// `context` with `relabel.from` renamed, ranks kept; `None` if it has no such label.
+fn rename(context: &ContextList, relabel: &Relabel) -> Option<ContextList> {
+    let from = Label::new(&relabel.from);
+    if !context.items().iter().any(|c| c.label == from) {
+        return None;
+    }
+    let to = Label::new(&relabel.to);
+    let items = context.items().iter().map(|c| Context {
+        label: if c.label == from { to } else { c.label },
+        rank: c.rank,
+    });
+    Some(match context.mode() {
+        ListMode::AnyOf => ContextList::any_of(items),
+        ListMode::Priority => ContextList::priority(items),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Format;
+
+    fn graph() -> Graph {
+        Graph::parse(
+            r#"
+[[activity]]
+id = "prepare"
+script = "true"
+
+[[activity]]
+id = "detect-{i}"
+for = { i = "1..=3" }
+script = "true"
+context = "cpu|site:vu"
+after = ["prepare"]
+"#,
+            Format::Toml,
+            "g.toml",
+            Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn relabel_renames_labels_and_keeps_the_rest() {
+        let mut g = graph();
+        let relabel: Relabel = "cpu=gpu".parse().unwrap();
+        let report = g.retarget(&[], &[relabel]);
+        assert_eq!(report.changed, 3);
+        assert!(report.unused.is_empty());
+        assert_eq!(g.get("detect-2").unwrap().spec.context.to_string(), "gpu | site:vu");
+        assert!(g.get("prepare").unwrap().spec.context.is_anywhere());
+    }
+
+    #[test]
+    fn context_rules_apply_by_glob_and_later_rules_win() {
+        let mut g = graph();
+        let rules = parse_context_rules(
+            "\"detect-*\" = \"site:uva\"\n\"detect-3\" = [\"gpu\", \"anywhere\"]\n\"nothing-*\" = \"x\"\n",
+        )
+        .unwrap();
+        let report = g.retarget(&rules, &[]);
+        assert_eq!(report.changed, 3);
+        assert_eq!(g.get("detect-1").unwrap().spec.context.to_string(), "site:uva");
+        assert_eq!(g.get("detect-3").unwrap().spec.context.to_string(), "gpu | anywhere");
+        assert_eq!(report.unused.len(), 1, "{:?}", report.unused);
+    }
+
+    #[test]
+    fn bad_retargeting_input_says_what_is_wrong() {
+        assert!("cpu".parse::<Relabel>().unwrap_err().contains("FROM=TO"));
+        assert!("=gpu".parse::<Relabel>().unwrap_err().contains("FROM is empty"));
+        assert!(parse_context_rules("a = 3").unwrap_err().contains("string or a list"));
+        assert!(parse_context_rules("a = \"x=\"").unwrap_err().contains("`a`"));
+        assert!(parse_context_rules("a = ").is_err());
+    }
+}
