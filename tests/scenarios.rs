@@ -629,3 +629,71 @@ fn outside_submissions_after_a_pause_wake_parked_executors() {
     assert_eq!(results.wait_timeout(PATIENCE).unwrap().len(), 6);
     pool.done().unwrap();
 }
+
+/// Submits children that only another executor can run.
+#[derive(Serialize, Deserialize)]
+struct HandOff {
+    children: usize,
+    reply_to: constellation::ActivityId,
+}
+
+#[typetag::serde]
+impl Activity for HandOff {
+    fn context(&self) -> ContextList {
+        "a".parse().unwrap()
+    }
+
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        for k in 0..self.children {
+            let child =
+                WhereDidIRun::new(format!("child-{k}"), "b".parse().unwrap(), self.reply_to);
+            cx.submit(child).unwrap();
+        }
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        Step::Finish
+    }
+}
+
+/// An executor that goes idle just as another publishes work only it can
+/// run must still be woken. This raced once: the submitter checked for idle
+/// executors before it published the work, so one that parked in between
+/// slept through it, and a graph coordinator waited forever. The window is
+/// narrow; pools on several threads at once, more threads than cores, make
+/// the preemption that widens it common enough to catch the old code in
+/// most runs of this test.
+#[test]
+fn work_only_an_idle_executor_can_run_wakes_it() {
+    let rounds = |thread: u64| {
+        for round in 0..250u64 {
+            let pool = Pool::builder()
+                .executors_with(1, "a".parse().unwrap())
+                .executors_with(1, "b".parse().unwrap())
+                .start()
+                .unwrap();
+            let (collector, results) = MultiEventCollector::new(3);
+            let collector = collector.on("b".parse().unwrap());
+            let reply_to = pool.submit(collector).unwrap();
+            // Let executor `b` go idle at varying moments, as it would
+            // between graph nodes.
+            std::thread::sleep(Duration::from_micros(10 * ((round + thread) % 12)));
+            pool.submit(HandOff {
+                children: 3,
+                reply_to,
+            })
+            .unwrap();
+            let ran = results
+                .wait_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("thread {thread}, round {round}: {e}"));
+            assert_eq!(ran.len(), 3);
+            pool.done().unwrap();
+        }
+    };
+    std::thread::scope(|scope| {
+        for thread in 0..4 {
+            scope.spawn(move || rounds(thread));
+        }
+    });
+}

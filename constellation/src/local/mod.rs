@@ -482,6 +482,15 @@ impl Shared {
         }
     }
 
+    /// Wakes every idle executor but `besides`, so each looks for work.
+    fn wake_all_idle(&self, besides: usize) {
+        for executor in (0..self.shards.len()).filter(|&e| e != besides) {
+            if self.claim_idle(executor) {
+                self.handoffs()[executor].parker.notify();
+            }
+        }
+    }
+
     /// Takes `executor` off the idle list if it is on it, so that the next
     /// wake-up goes to another one. Whoever claims it must notify it.
     fn claim_idle(&self, executor: usize) -> bool {
@@ -741,6 +750,7 @@ fn executor_main(
                 .sent
                 .extract_if(.., |event| shared.home_of(event.target) != Some(index)),
         );
+        let submitted = outbox.submitted.len();
         let children: Vec<ContextList> = if shared.idle_count.load(Ordering::Relaxed) > 0 {
             outbox
                 .submitted
@@ -787,6 +797,15 @@ fn executor_main(
         shared.settle(&mut credit);
         for contexts in &children {
             shared.wake_idle_for(contexts, index);
+        }
+        // An executor that announced itself idle after the check above, and
+        // looked for work before the session published the children, is
+        // parked and would never hear of them: a child only it can run would
+        // wait forever. Look again now that they are visible (this pairs with
+        // the announce-then-look-again in `wait_for_work`); the contexts are
+        // not at hand any more, so wake every idle executor. This is rare.
+        if children.is_empty() && submitted > 0 && shared.idle_count.load(Ordering::SeqCst) > 0 {
+            shared.wake_all_idle(index);
         }
         let work = match work {
             Some(work) => work,
