@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::activity::{Activity, ActivityCx};
+use crate::context::ContextList;
 use crate::core::Step;
 use crate::event::Event;
 
@@ -140,6 +141,9 @@ impl Results {
 #[derive(Serialize, Deserialize)]
 pub struct MultiEventCollector {
     expected: usize,
+    /// Where it runs; `anywhere` unless [`on`](Self::on) says otherwise.
+    #[serde(default)]
+    context: ContextList,
     #[serde(skip)]
     mailbox: Arc<Mailbox>,
 }
@@ -152,7 +156,23 @@ impl MultiEventCollector {
             mailbox: mailbox.clone(),
             expected,
         };
-        (MultiEventCollector { expected, mailbox }, results)
+        (
+            MultiEventCollector {
+                expected,
+                context: ContextList::anywhere(),
+                mailbox,
+            },
+            results,
+        )
+    }
+
+    /// This collector, to run only on executors offering `context`. A
+    /// collector handles each event on the executor it started on, so one
+    /// that must answer promptly belongs on an executor that never runs
+    /// long work.
+    pub fn on(mut self, context: ContextList) -> Self {
+        self.context = context;
+        self
     }
 
     fn step(&self) -> Step {
@@ -169,6 +189,10 @@ impl MultiEventCollector {
 
 #[typetag::serde]
 impl Activity for MultiEventCollector {
+    fn context(&self) -> ContextList {
+        self.context.clone()
+    }
+
     fn may_be_stolen(&self) -> bool {
         false
     }
@@ -218,12 +242,19 @@ mod tests {
         let (collector, results) = MultiEventCollector::new(3);
         let id = pool.submit(collector).unwrap();
         assert_eq!(
-            results.next_batch(Duration::from_millis(1)).unwrap().unwrap().len(),
+            results
+                .next_batch(Duration::from_millis(1))
+                .unwrap()
+                .unwrap()
+                .len(),
             0,
             "nothing sent yet: an empty batch after the timeout"
         );
         pool.send(id, 1u32).unwrap();
-        let first = results.next_batch(Duration::from_secs(10)).unwrap().unwrap();
+        let first = results
+            .next_batch(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
         assert_eq!(first.len(), 1);
         pool.send(id, 2u32).unwrap();
         pool.send(id, 3u32).unwrap();
@@ -232,7 +263,10 @@ mod tests {
             seen += batch.len();
         }
         assert_eq!(seen, 3);
-        assert!(results.wait().unwrap().is_empty(), "every event was handed out");
+        assert!(
+            results.wait().unwrap().is_empty(),
+            "every event was handed out"
+        );
         pool.done().unwrap();
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use constellation::{Activity, ActivityCx, ActivityId, Event, Step};
+use constellation::{Activity, ActivityCx, ActivityId, Context, ContextList, Event, Step};
 use executors::shell::{ShellActivity, ShellResult, ShellSpec};
 use serde::{Deserialize, Serialize};
 
@@ -186,8 +186,22 @@ impl Coordinator {
     }
 }
 
+/// The label of the executor that a graph run keeps for its coordinator
+/// (and for whoever collects its reports). An activity handles each event
+/// on the executor it started on, so a coordinator sharing an executor with
+/// hour-long commands would release their dependants an hour late.
+pub const COORDINATOR_LABEL: &str = "constellation:coordinator";
+
 #[typetag::serde]
 impl Activity for Coordinator {
+    fn context(&self) -> ContextList {
+        ContextList::single(Context::new(COORDINATOR_LABEL))
+    }
+
+    fn may_be_stolen(&self) -> bool {
+        false
+    }
+
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
         let ready: Vec<u32> = (0..self.waiting.len() as u32)
             .filter(|&n| self.waiting[n as usize] == 0 && !self.settled[n as usize])

@@ -33,7 +33,7 @@ mod graph;
 mod retarget;
 mod template;
 
-pub use coordinator::{Coordinator, NodeReport};
+pub use coordinator::{Coordinator, NodeReport, COORDINATOR_LABEL};
 pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel, Retargeted};
 
 pub use crate::graph::{

@@ -33,6 +33,11 @@ impl std::str::FromStr for Relabel {
             if label.is_empty() {
                 return Err(format!("`{text}`: {side} is empty"));
             }
+            if label.contains([',', '|', '>', '=', ' ']) {
+                return Err(format!(
+                    "`{text}`: `{label}` is not one label (one rename per --relabel)"
+                ));
+            }
             // A label must parse as a context on its own, without a rank.
             match label.parse::<Context>() {
                 Ok(context) if context.rank.is_none() => {}
@@ -148,7 +153,9 @@ impl Graph {
         report.unused.extend(
             (relabels.iter().zip(&used_relabels))
                 .filter(|(_, used)| !**used)
-                .map(|(r, _)| format!("relabel {}={}: no activity uses `{}`", r.from, r.to, r.from)),
+                .map(|(r, _)| {
+                    format!("relabel {}={}: no activity uses `{}`", r.from, r.to, r.from)
+                }),
         );
         report
     }
@@ -204,7 +211,10 @@ after = ["prepare"]
         let report = g.retarget(&[], &[relabel]);
         assert_eq!(report.changed, 3);
         assert!(report.unused.is_empty());
-        assert_eq!(g.get("detect-2").unwrap().spec.context.to_string(), "gpu | site:vu");
+        assert_eq!(
+            g.get("detect-2").unwrap().spec.context.to_string(),
+            "gpu | site:vu"
+        );
         assert!(g.get("prepare").unwrap().spec.context.is_anywhere());
     }
 
@@ -217,17 +227,34 @@ after = ["prepare"]
         .unwrap();
         let report = g.retarget(&rules, &[]);
         assert_eq!(report.changed, 3);
-        assert_eq!(g.get("detect-1").unwrap().spec.context.to_string(), "site:uva");
-        assert_eq!(g.get("detect-3").unwrap().spec.context.to_string(), "gpu | anywhere");
+        assert_eq!(
+            g.get("detect-1").unwrap().spec.context.to_string(),
+            "site:uva"
+        );
+        assert_eq!(
+            g.get("detect-3").unwrap().spec.context.to_string(),
+            "gpu | anywhere"
+        );
         assert_eq!(report.unused.len(), 1, "{:?}", report.unused);
     }
 
     #[test]
     fn bad_retargeting_input_says_what_is_wrong() {
         assert!("cpu".parse::<Relabel>().unwrap_err().contains("FROM=TO"));
-        assert!("=gpu".parse::<Relabel>().unwrap_err().contains("FROM is empty"));
-        assert!(parse_context_rules("a = 3").unwrap_err().contains("string or a list"));
-        assert!(parse_context_rules("a = \"x=\"").unwrap_err().contains("`a`"));
+        assert!("=gpu"
+            .parse::<Relabel>()
+            .unwrap_err()
+            .contains("FROM is empty"));
+        assert!("gpu=cpu,x"
+            .parse::<Relabel>()
+            .unwrap_err()
+            .contains("not one label"));
+        assert!(parse_context_rules("a = 3")
+            .unwrap_err()
+            .contains("string or a list"));
+        assert!(parse_context_rules("a = \"x=\"")
+            .unwrap_err()
+            .contains("`a`"));
         assert!(parse_context_rules("a = ").is_err());
     }
 }

@@ -25,7 +25,7 @@ pub enum TemplateError {
     #[error("`}}` at byte {0} closes nothing; write `}}}}` for a literal brace")]
     Unopened(usize),
     /// `{}` or a name with characters other than letters, digits, `_` and `-`.
-    #[error("bad placeholder `{{{0}}}`: names are letters, digits, `_` and `-`")]
+    #[error("bad placeholder `{{{0}}}`: names are letters, digits, `_` and `-` (write `{{{{` and `}}}}` for literal braces, e.g. in awk)")]
     BadName(String),
     /// A placeholder the entry's `for` does not define.
     #[error("unknown placeholder `{{{name}}}`; this entry defines {known}")]

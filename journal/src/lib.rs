@@ -496,7 +496,8 @@ impl Journal {
     /// Spec hashes of the activities that are done, by id: what a resume may skip.
     pub fn done(&self) -> Result<HashMap<String, String>, JournalError> {
         self.sql(|c| {
-            let mut query = c.prepare("SELECT id, spec_hash FROM activities WHERE state = 'done'")?;
+            let mut query =
+                c.prepare("SELECT id, spec_hash FROM activities WHERE state = 'done'")?;
             let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
             rows.collect()
         })

@@ -48,7 +48,10 @@ fn update(id: &str, state: ActivityState) -> ActivityUpdate {
         id: id.to_string(),
         state,
         message: None,
-        attempts: vec![attempt(id, if state == ActivityState::Done { 0 } else { 1 })],
+        attempts: vec![attempt(
+            id,
+            if state == ActivityState::Done { 0 } else { 1 },
+        )],
     }
 }
 
@@ -66,11 +69,17 @@ fn a_resume_keeps_done_work_with_the_same_spec_and_nothing_else() {
     journal
         .record(
             run,
-            &[update("a", ActivityState::Done), update("b", ActivityState::Failed)],
+            &[
+                update("a", ActivityState::Done),
+                update("b", ActivityState::Failed),
+            ],
         )
         .unwrap();
     drop(journal);
-    assert!(matches!(Journal::create(&path), Err(JournalError::Exists(_))));
+    assert!(matches!(
+        Journal::create(&path),
+        Err(JournalError::Exists(_))
+    ));
 
     let mut journal = Journal::open(&path).unwrap();
     let done = journal.done().unwrap();
@@ -105,10 +114,17 @@ fn other_files_are_not_taken_for_journals() {
     let dir = std::env::temp_dir().join(format!("journal-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = dir.join("notes.txt");
-    std::fs::write(&text, "this is not sqlite, just some text that is long enough").unwrap();
+    std::fs::write(
+        &text,
+        "this is not sqlite, just some text that is long enough",
+    )
+    .unwrap();
     let error = Journal::open(&text).err().unwrap().to_string();
     assert!(error.contains("not a constellation journal"), "{error}");
-    let missing = Journal::open(&dir.join("missing.db")).err().unwrap().to_string();
+    let missing = Journal::open(&dir.join("missing.db"))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(missing.contains("does not exist"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

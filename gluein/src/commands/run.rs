@@ -1,0 +1,704 @@
+//! `constellation run`: an activity graph on an embedded pool, journaled.
+//!
+//! The graph runs as activities: a [`Coordinator`] submits ready nodes and
+//! reports each one it settles. This command watches those reports, writes
+//! them to the journal as they come (so a killed run can be resumed), and
+//! shows progress.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use constellation::collect::MultiEventCollector;
+use constellation::core::MatchTable;
+use constellation::{ActivityId, Context, ContextList, ExecutorContext, Pool};
+use executors::probe::Hardware;
+use executors::shell::{Capture, ShellOutcome, ShellResult};
+use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
+use journal::{
+    unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal,
+    NewRun, RunStatus,
+};
+use sha2::{Digest, Sha256};
+
+/// Arguments of `constellation run`.
+#[derive(Args)]
+#[command(after_help = "\
+Examples:
+  constellation run pipeline.toml
+  constellation run pipeline.toml --executors 8 --context site:vu
+  constellation run pipeline.toml --executors 3 --add-executors 1:gpu --relabel cpu=gpu
+  constellation run pipeline.toml --resume constellation-runs/pipeline-20261121-101500/journal.db
+
+Every run writes a journal (SQLite) and the commands' output files into one
+directory, constellation-runs/<graph>-<time>/ by default. Query the journal
+with `constellation report JOURNAL` or with sqlite3.")]
+pub struct RunArgs {
+    /// The graph file (TOML, or JSON if it ends in .json).
+    graph: PathBuf,
+    /// Executors for general work; each runs one activity at a time.
+    /// Default: one per core.
+    #[arg(long, short = 'n', env = "CONSTELLATION_EXECUTORS")]
+    executors: Option<usize>,
+    /// Labels added to those executors, before the probed ones
+    /// (cpu, cores=N, mem=G, host:NAME, site:NAME, gpu...) and `anywhere`.
+    /// Comma separated, e.g. `site:vu,big`.
+    #[arg(long, value_name = "LABELS")]
+    context: Option<String>,
+    /// Adds N executors offering exactly CONTEXT (no probed labels, no
+    /// `anywhere`), e.g. `1:gpu` or `2:site:uva>anywhere`. Repeatable.
+    #[arg(long, value_name = "N:CONTEXT")]
+    add_executors: Vec<String>,
+    /// Renames a label in every activity's context, e.g. `cpu=gpu`. Repeatable.
+    #[arg(long, value_name = "FROM=TO")]
+    relabel: Vec<Relabel>,
+    /// A TOML file mapping activity ids or `*` globs to contexts; applied
+    /// before --relabel.
+    #[arg(long, value_name = "FILE")]
+    context_file: Option<PathBuf>,
+    /// Where to write the journal. Default:
+    /// constellation-runs/<graph>-<time>/journal.db
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    journal: Option<PathBuf>,
+    /// Continues the run journaled in FILE: activities that succeeded with
+    /// the same spec are skipped; failed, unfinished and changed ones, and
+    /// everything after them, run again.
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
+    /// Progress display: `auto` (a bar when stderr is a terminal, else a
+    /// line every 10 s), `bar`, `lines` or `none`.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    progress: ProgressMode,
+}
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ProgressMode {
+    Auto,
+    Bar,
+    Lines,
+    None,
+}
+
+/// Runs the graph; exits 0 if every activity succeeded, 1 if some failed.
+pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut graph = Graph::load(&args.graph).map_err(|errors| {
+        anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
+    })?;
+    let rules = match &args.context_file {
+        Some(path) => graph::read_context_file(path).map_err(anyhow::Error::msg)?,
+        None => Vec::new(),
+    };
+    let retargeted = graph.retarget(&rules, &args.relabel);
+    for warning in &retargeted.unused {
+        eprintln!("warning: {warning}");
+    }
+    if retargeted.changed > 0 {
+        eprintln!("retargeted {} activities", retargeted.changed);
+    }
+    let executors = executor_contexts(&args)?;
+    check_contexts(&graph, &executors)?;
+
+    let (mut journal, journal_path) = open_journal(&args)?;
+    let run_dir = journal_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let previous_runs = journal.runs()?.len();
+    let output_dir = match previous_runs {
+        0 => run_dir.join("output"),
+        n => run_dir.join(format!("output.run{}", n + 1)),
+    };
+    for node in &mut graph.nodes {
+        node.spec.capture = Capture::Files {
+            dir: output_dir.clone(),
+        };
+    }
+    let hashes: Vec<String> = graph.nodes.iter().map(|n| spec_hash(&graph, n)).collect();
+    let skip = plan_skips(&graph, &hashes, &journal.done()?);
+    let skipped = skip.iter().filter(|&&s| s).count();
+
+    let spec_json = graph_json(&graph);
+    let run = journal.begin_run(&NewRun {
+        graph_path: args.graph.display().to_string(),
+        graph_hash: hex(&Sha256::digest(spec_json.as_bytes())),
+        graph_spec: spec_json,
+        host: executors::probe::hostname(),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        output_dir: output_dir.display().to_string(),
+    })?;
+    let host = executors::probe::hostname();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let share = (cores / executors.len()).max(1) as i64;
+    journal.record_executors(
+        run,
+        &(executors.iter().enumerate())
+            .map(|(k, context)| ExecutorRow {
+                executor: k as i64,
+                node: host.clone(),
+                labels: labels_text(context),
+                cores: share,
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    journal.declare(run, &declarations(&graph, &hashes))?;
+    // Done before, but something upstream runs again: they must too.
+    let stale: Vec<String> = (graph.nodes.iter().zip(&skip))
+        .filter(|(_, &s)| !s)
+        .map(|(n, _)| n.id.clone())
+        .collect();
+    journal.mark_pending(run, &stale)?;
+
+    eprintln!(
+        "run {run} of {}: {} activities{}, {} executor(s); journal {}",
+        args.graph.display(),
+        graph.nodes.len(),
+        if skipped > 0 {
+            format!(" ({skipped} done before, skipped)")
+        } else {
+            String::new()
+        },
+        executors.len(),
+        journal_path.display()
+    );
+
+    let mut builder = Pool::builder();
+    for context in &executors {
+        builder = builder.executor(context.clone());
+    }
+    let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
+    builder = builder.executor(ExecutorContext::new(coordination.items().iter().copied()));
+    let pool = builder.start()?;
+    let started = Instant::now();
+    let mut tally = Tally::new(&graph, skipped);
+    let expected = graph.nodes.len() - skipped;
+    if expected > 0 {
+        let (collector, reports) = MultiEventCollector::new(expected);
+        let collector = collector.on(coordination);
+        let observer = pool.submit(collector)?;
+        let coordinator = Coordinator::new(&graph, &skip, observer);
+        debug_assert_eq!(coordinator.reports_expected(), expected);
+        pool.submit(coordinator)?;
+        let mut progress = Progress::new(args.progress, expected as u64);
+        while let Some(batch) = reports.next_batch(Duration::from_millis(200))? {
+            let mut updates = Vec::with_capacity(batch.len());
+            for event in batch {
+                let report: NodeReport = event
+                    .take()
+                    .context("the coordinator sent a report this build cannot read")?;
+                tally.count(&graph, &report);
+                updates.push(update_for(&graph, &report));
+            }
+            if !updates.is_empty() {
+                journal.record(run, &updates)?;
+            }
+            // The coordinator's own calls are brief; what runs is commands.
+            let running = pool.counts().running;
+            progress.show(&tally, running, started.elapsed());
+        }
+        progress.finish(&tally);
+    }
+    if let Err(error) = pool.done() {
+        tracing::error!(%error, "the pool did not finish cleanly");
+    }
+    let status = if tally.failed + tally.cancelled > 0 {
+        RunStatus::Failed
+    } else {
+        RunStatus::Succeeded
+    };
+    journal.end_run(run, status)?;
+    print!("{}", tally.summary(started.elapsed()));
+    println!("journal: {}", journal_path.display());
+    Ok(match status {
+        RunStatus::Succeeded => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+/// The executors of the embedded pool: `--executors` general ones with the
+/// probed labels, then each `--add-executors` group.
+fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
+    let hardware = Hardware::probe(None);
+    let user: Vec<Context> = match &args.context {
+        Some(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<Context>())
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("--context {text:?}"))?,
+        None => Vec::new(),
+    };
+    let general = args.executors.unwrap_or(hardware.cores);
+    let mut executors = vec![hardware.executor_context(&user, false); general];
+    for group in &args.add_executors {
+        let (count, context) = group.split_once(':').with_context(|| {
+            format!("--add-executors {group:?}: expected N:CONTEXT, e.g. 1:gpu")
+        })?;
+        let count: usize = count.trim().parse().with_context(|| {
+            format!("--add-executors {group:?}: {count:?} is not a number of executors")
+        })?;
+        let context: ExecutorContext = context
+            .parse()
+            .with_context(|| format!("--add-executors {group:?}: bad context"))?;
+        executors.extend(std::iter::repeat_n(context, count));
+    }
+    if executors.is_empty() {
+        bail!("no executors: give --executors N (N > 0) or --add-executors N:CONTEXT");
+    }
+    Ok(executors)
+}
+
+/// Refuses a graph with activities no executor of this pool can ever run:
+/// on a local pool they would wait forever.
+fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
+    let table = MatchTable::new(executors);
+    let placeholder = ActivityId::new(constellation::NodeId::from_u128(0), 0);
+    let unmatched: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter(|node| table.check(placeholder, &node.spec.context, None).is_err())
+        .map(|node| format!("  {} needs [{}]", node.id, node.spec.context))
+        .collect();
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    let offered: Vec<String> = executors.iter().map(|e| format!("  [{e}]")).collect();
+    let shown = unmatched.len().min(10);
+    bail!(
+        "{} activities can run on no executor of this pool:\n{}{}\nthe executors offer:\n{}\n\
+         add executors with --context or --add-executors, or retarget with --relabel or --context-file",
+        unmatched.len(),
+        unmatched[..shown].join("\n"),
+        if unmatched.len() > shown {
+            format!("\n  ... and {} more", unmatched.len() - shown)
+        } else {
+            String::new()
+        },
+        offered.join("\n")
+    )
+}
+
+/// Opens the journal to resume, or creates a new one.
+fn open_journal(args: &RunArgs) -> anyhow::Result<(Journal, PathBuf)> {
+    if let Some(path) = &args.resume {
+        let journal = Journal::open(path)?;
+        if let Some(last) = journal.runs()?.last() {
+            if Path::new(&last.graph_path) != args.graph {
+                eprintln!(
+                    "warning: resuming a journal of {}, with graph {}",
+                    last.graph_path,
+                    args.graph.display()
+                );
+            }
+        }
+        return Ok((journal, path.clone()));
+    }
+    let path = match &args.journal {
+        Some(path) => path.clone(),
+        None => default_journal_path(&args.graph),
+    };
+    Ok((Journal::create(&path)?, path))
+}
+
+/// `constellation-runs/<graph stem>-<UTC time>/journal.db`, made unique.
+fn default_journal_path(graph: &Path) -> PathBuf {
+    let stem = graph
+        .file_stem()
+        .map_or("graph".into(), |s| s.to_string_lossy());
+    let base = format!("{stem}-{}", utc_stamp(SystemTime::now()));
+    let root = PathBuf::from("constellation-runs");
+    let mut dir = root.join(&base);
+    let mut n = 2;
+    while dir.exists() {
+        dir = root.join(format!("{base}-{n}"));
+        n += 1;
+    }
+    dir.join("journal.db")
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC.
+fn utc_stamp(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// What decides what a node does, hashed: its command, environment,
+/// context, retries and timeout, files, and what it runs after. The output
+/// directory is left out: it differs between a run and its resumption.
+fn spec_hash(graph: &Graph, node: &graph::Node) -> String {
+    let mut spec = node.spec.clone();
+    spec.capture = Capture::default();
+    let after: Vec<&str> = node
+        .after
+        .iter()
+        .map(|&d| graph.nodes[d].id.as_str())
+        .collect();
+    let value = serde_json::json!({
+        "spec": spec,
+        "after": after,
+        "inputs": node.inputs,
+        "outputs": node.outputs,
+    });
+    hex(&Sha256::digest(value.to_string().as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Which nodes a resume skips: those done before with the same spec, all of
+/// whose dependencies are skipped too. Anything downstream of work that runs
+/// again runs again, since its inputs may change.
+fn plan_skips(graph: &Graph, hashes: &[String], done: &HashMap<String, String>) -> Vec<bool> {
+    let mut skip = vec![false; graph.nodes.len()];
+    for n in graph.topological_order() {
+        let node = &graph.nodes[n];
+        skip[n] = done.get(&node.id) == Some(&hashes[n]) && node.after.iter().all(|&d| skip[d]);
+    }
+    skip
+}
+
+fn declarations(graph: &Graph, hashes: &[String]) -> Vec<ActivityDecl> {
+    (graph.nodes.iter().zip(hashes))
+        .map(|(node, hash)| ActivityDecl {
+            id: node.id.clone(),
+            kind: node.kind.clone(),
+            spec_hash: hash.clone(),
+            context: node.spec.context.to_string(),
+            after: node
+                .after
+                .iter()
+                .map(|&d| graph.nodes[d].id.clone())
+                .collect(),
+        })
+        .collect()
+}
+
+/// The expanded graph as the journal keeps it.
+fn graph_json(graph: &Graph) -> String {
+    let nodes: Vec<serde_json::Value> = graph
+        .nodes
+        .iter()
+        .map(|node| {
+            serde_json::json!({
+                "id": node.id,
+                "kind": node.kind,
+                "spec": node.spec,
+                "context": node.spec.context.to_string(),
+                "after": node.after.iter().map(|&d| &graph.nodes[d].id).collect::<Vec<_>>(),
+                "inputs": node.inputs,
+                "outputs": node.outputs,
+            })
+        })
+        .collect();
+    serde_json::json!({ "activities": nodes }).to_string()
+}
+
+fn labels_text(context: &ExecutorContext) -> String {
+    let labels: Vec<String> = context.contexts.iter().map(ToString::to_string).collect();
+    labels.join(",")
+}
+
+/// The journal rows for one report.
+fn update_for(graph: &Graph, report: &NodeReport) -> ActivityUpdate {
+    let id = graph.nodes[report.node()].id.clone();
+    match report {
+        NodeReport::Finished { result, .. } => ActivityUpdate {
+            id,
+            state: if result.is_success() {
+                ActivityState::Done
+            } else {
+                ActivityState::Failed
+            },
+            message: (!result.is_success()).then(|| result.outcome.to_string()),
+            attempts: attempt_rows(result),
+        },
+        NodeReport::Cancelled { because, .. } => ActivityUpdate {
+            id,
+            state: ActivityState::Cancelled,
+            message: Some(format!("{} failed", graph.nodes[*because].id)),
+            attempts: Vec::new(),
+        },
+        NodeReport::Refused { reason, .. } => ActivityUpdate {
+            id,
+            state: ActivityState::Failed,
+            message: Some(reason.clone()),
+            attempts: Vec::new(),
+        },
+    }
+}
+
+fn attempt_rows(result: &ShellResult) -> Vec<AttemptRow> {
+    result
+        .history
+        .iter()
+        .map(|a| {
+            let (outcome, exit_code, signal) = match &a.outcome {
+                ShellOutcome::Exited { code } => ("exited", Some(i64::from(*code)), None),
+                ShellOutcome::Signalled { signal } => ("signalled", None, Some(i64::from(*signal))),
+                ShellOutcome::TimedOut { .. } => ("timed_out", None, None),
+                ShellOutcome::StartFailed { .. } => ("start_failed", None, None),
+            };
+            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+            AttemptRow {
+                run: 0,
+                activity: String::new(),
+                attempt: i64::from(a.attempt),
+                node: result.host.clone(),
+                executor: result.executor as i64,
+                labels: result.executor_labels.clone(),
+                started: unix_seconds(a.started),
+                ended: unix_seconds(a.started + a.duration),
+                outcome: outcome.to_string(),
+                exit_code,
+                signal,
+                message: (!a.outcome.is_success()).then(|| a.outcome.to_string()),
+                cpu_seconds: a.cpu.map(|c| c.as_secs_f64()),
+                stdout: path(&a.stdout),
+                stderr: path(&a.stderr),
+                stdout_bytes: Some(a.stdout_bytes as i64),
+                stderr_bytes: Some(a.stderr_bytes as i64),
+            }
+        })
+        .collect()
+}
+
+/// Counts for progress and the summary.
+struct Tally {
+    total: usize,
+    skipped: usize,
+    done: usize,
+    failed: usize,
+    cancelled: usize,
+    retried: usize,
+    /// Per kind: durations of successful runs.
+    durations: BTreeMap<String, Vec<f64>>,
+    /// Failure messages, in the order they happened.
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn new(graph: &Graph, skipped: usize) -> Tally {
+        Tally {
+            total: graph.nodes.len(),
+            skipped,
+            done: 0,
+            failed: 0,
+            cancelled: 0,
+            retried: 0,
+            durations: BTreeMap::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn settled(&self) -> usize {
+        self.done + self.failed + self.cancelled
+    }
+
+    fn count(&mut self, graph: &Graph, report: &NodeReport) {
+        let node = &graph.nodes[report.node()];
+        match report {
+            NodeReport::Finished { result, .. } => {
+                if result.attempts > 1 {
+                    self.retried += 1;
+                }
+                if result.is_success() {
+                    self.done += 1;
+                    self.durations
+                        .entry(node.kind.clone())
+                        .or_default()
+                        .push(result.duration.as_secs_f64());
+                } else {
+                    self.failed += 1;
+                    self.failures.push(failure_text(&node.id, result));
+                }
+            }
+            NodeReport::Cancelled { .. } => self.cancelled += 1,
+            NodeReport::Refused { reason, .. } => {
+                self.failed += 1;
+                self.failures
+                    .push(format!("{}: not run: {reason}", node.id));
+            }
+        }
+    }
+
+    fn summary(&self, elapsed: Duration) -> String {
+        let mut out = String::new();
+        let run = self.total - self.skipped;
+        out.push_str(&format!(
+            "\n{} of {} activities done in {:.1} s ({:.0}/s){}{}{}{}\n",
+            self.done + self.skipped,
+            self.total,
+            elapsed.as_secs_f64(),
+            run as f64 / elapsed.as_secs_f64().max(1e-9),
+            if self.skipped > 0 {
+                format!(", {} skipped as done before", self.skipped)
+            } else {
+                String::new()
+            },
+            if self.failed > 0 {
+                format!(", {} failed", self.failed)
+            } else {
+                String::new()
+            },
+            if self.cancelled > 0 {
+                format!(", {} cancelled because of a failure", self.cancelled)
+            } else {
+                String::new()
+            },
+            if self.retried > 0 {
+                format!(", {} needed retries", self.retried)
+            } else {
+                String::new()
+            },
+        ));
+        if !self.durations.is_empty() {
+            let width = self
+                .durations
+                .keys()
+                .map(String::len)
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            out.push_str(&format!(
+                "\n{:width$}  {:>7}  {:>9}  {:>9}  {:>9}\n",
+                "kind", "done", "min s", "median s", "max s"
+            ));
+            for (kind, times) in &self.durations {
+                let mut sorted = times.clone();
+                sorted.sort_by(f64::total_cmp);
+                out.push_str(&format!(
+                    "{kind:width$}  {:>7}  {:>9.3}  {:>9.3}  {:>9.3}\n",
+                    sorted.len(),
+                    sorted[0],
+                    sorted[sorted.len() / 2],
+                    sorted[sorted.len() - 1]
+                ));
+            }
+        }
+        for failure in self.failures.iter().take(10) {
+            out.push_str(&format!("\nFAILED {failure}\n"));
+        }
+        if self.failures.len() > 10 {
+            out.push_str(&format!(
+                "\n... and {} more failures; see the journal\n",
+                self.failures.len() - 10
+            ));
+        }
+        out
+    }
+}
+
+/// A failure with the last lines of its error output.
+fn failure_text(id: &str, result: &ShellResult) -> String {
+    let mut text = format!("{id}: {}", result.command);
+    text.push_str(&format!(" {}", result.outcome));
+    if result.attempts > 1 {
+        text.push_str(&format!(" on the last of {} attempts", result.attempts));
+    }
+    if let Some(path) = result.stderr.path() {
+        text.push_str(&format!("\n  stderr: {}", path.display()));
+    }
+    if let Some(stderr) = result.stderr.text() {
+        let lines: Vec<&str> = stderr.lines().collect();
+        for line in &lines[lines.len().saturating_sub(5)..] {
+            text.push_str(&format!("\n  | {line}"));
+        }
+    }
+    text
+}
+
+/// Progress while the graph runs: a bar on a terminal, or a line every 10 s.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(mode: ProgressMode, total: u64) -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = matches!(mode, ProgressMode::Bar) || (mode == ProgressMode::Auto && terminal);
+        let bar = bar.then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:40}] {pos}/{len} {msg} eta {eta}",
+                )
+                .expect("the template is valid")
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        Progress {
+            lines: bar.is_none()
+                && (mode == ProgressMode::Lines || (mode == ProgressMode::Auto && !terminal)),
+            bar,
+            last_line: Instant::now(),
+        }
+    }
+
+    fn show(&mut self, tally: &Tally, running: usize, elapsed: Duration) {
+        let message = format!(
+            "running {running}, failed {}, cancelled {}",
+            tally.failed, tally.cancelled
+        );
+        if let Some(bar) = &self.bar {
+            bar.set_position(tally.settled() as u64);
+            bar.set_message(message);
+        } else if self.lines && self.last_line.elapsed() >= Duration::from_secs(10) {
+            self.last_line = Instant::now();
+            let total = tally.total - tally.skipped;
+            let settled = tally.settled();
+            let eta = (settled > 0)
+                .then(|| elapsed.as_secs_f64() * (total - settled) as f64 / settled as f64);
+            eprintln!(
+                "progress: {settled}/{total} settled ({} done), {message}{}",
+                tally.done,
+                eta.map_or(String::new(), |s| format!(", eta {s:.0} s"))
+            );
+        }
+    }
+
+    fn finish(&mut self, tally: &Tally) {
+        if let Some(bar) = self.bar.take() {
+            bar.set_position(tally.settled() as u64);
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_are_civil_dates() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_263_045);
+        assert_eq!(utc_stamp(t), "20261121-121045");
+        assert_eq!(utc_stamp(SystemTime::UNIX_EPOCH), "19700101-000000");
+    }
+}

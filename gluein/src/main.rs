@@ -1,0 +1,52 @@
+//! The `constellation` command.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Constellation: run many-task workflows on the executors you have.
+///
+/// Start with `constellation run GRAPH.toml`: it runs an activity graph on
+/// this machine, journals every attempt in an SQLite file, and prints where
+/// that file is. `constellation report` then shows what ran where and when.
+#[derive(Parser)]
+#[command(name = "constellation", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an activity graph on an embedded pool on this machine.
+    Run(commands::run::RunArgs),
+    /// Summarize a journaled run and plot its utilization.
+    Report(commands::report::ReportArgs),
+    /// Show what the hardware probe finds and the labels executors get.
+    Probe(commands::probe::ProbeArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => commands::run::main(args),
+        Command::Report(args) => commands::report::main(args),
+        Command::Probe(args) => commands::probe::main(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! Reports on journaled runs: what a run did, as text and as a plot.
+//!
+//! [`Report::from_journal`] reads one run of a journal and computes its
+//! figures: a summary, activity states, executor and core utilization over
+//! time (overall and per first label), and durations per activity kind.
+//! The report prints as text (`Display`), with sparklines of utilization,
+//! and [`plot`] draws it as an SVG or PNG: utilization, per-label lanes and
+//! a Gantt chart of attempts per executor, the pictures of the Constellation
+//! paper's busy-executor figures.
+
+mod bins;
+mod error;
+mod model;
+mod plot;
+mod text;
+
+pub use error::ReportError;
+pub use model::{
+    AttemptCounts, Bar, ExecutorSummary, KindStats, Lane, Report, RunSummary, StateCounts,
+    StateTally, Timeline, WallEnd, DEFAULT_BINS,
+};
+pub use plot::{plot, plot_with_size, DEFAULT_PLOT_SIZE};

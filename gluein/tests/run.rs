@@ -1,0 +1,434 @@
+//! `constellation run` as a user runs it: the real binary in a child
+//! process, real shell commands, a real journal.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use journal::{ActivityState, Journal};
+
+/// A fresh directory for one test, removed at the start of the next run.
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("constellation-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn constellation(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_constellation"));
+    command.current_dir(dir).env("RUST_LOG", "error");
+    command
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    let output = constellation(dir).arg("run").args(args).output().unwrap();
+    eprintln!(
+        "--- constellation run {args:?}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn states(journal: &Path) -> Vec<(String, ActivityState)> {
+    Journal::open(journal)
+        .unwrap()
+        .activities()
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.id, a.state))
+        .collect()
+}
+
+#[test]
+fn a_diamond_runs_each_node_after_its_inputs() {
+    let dir = workdir("diamond");
+    std::fs::write(
+        dir.join("diamond.toml"),
+        r#"
+[[activity]]
+id = "a"
+script = "echo a > a.txt"
+
+[[activity]]
+id = "b-{i}"
+for = { i = "1..=2" }
+script = "cat a.txt > b{i}.txt && echo b{i} >> b{i}.txt"
+after = ["a"]
+
+[[activity]]
+id = "d"
+script = "cat b1.txt b2.txt > d.txt"
+after = ["b-*"]
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["diamond.toml", "-n", "2", "--journal", "j.db"]);
+    assert!(output.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("d.txt")).unwrap(),
+        "a\nb1\na\nb2\n"
+    );
+    let states = states(&dir.join("j.db"));
+    assert_eq!(states.len(), 4);
+    assert!(
+        states.iter().all(|(_, s)| *s == ActivityState::Done),
+        "{states:?}"
+    );
+    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let attempts = journal.attempts(Some(1)).unwrap();
+    let at = |id: &str| attempts.iter().find(|a| a.activity == id).unwrap().clone();
+    assert!(at("b-1").started >= at("a").ended && at("b-2").started >= at("a").ended);
+    assert!(at("d").started >= at("b-1").ended.max(at("b-2").ended));
+    assert!(at("d")
+        .stdout
+        .as_deref()
+        .unwrap()
+        .ends_with("output/d/stdout"));
+    assert_eq!(journal.runs().unwrap()[0].status, "succeeded");
+    assert_eq!(journal.executors(1).unwrap().len(), 2);
+}
+
+#[test]
+fn a_thousand_wide_fan_out_fans_back_in() {
+    let dir = workdir("fan");
+    std::fs::create_dir_all(dir.join("parts")).unwrap();
+    std::fs::write(
+        dir.join("fan.toml"),
+        r#"
+[[activity]]
+id = "part-{i}"
+for = { i = "1..=1000" }
+command = "sh"
+args = ["-c", "echo {i} > parts/{i}"]
+
+[[activity]]
+id = "join"
+script = "cat parts/* | sort -n | awk '{{s += $1}} END {{print NR, s}}' > joined"
+after = ["part-*"]
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["fan.toml", "-n", "2", "--journal", "j.db"]);
+    assert!(output.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("joined")).unwrap(),
+        "1000 500500\n"
+    );
+    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let attempts = journal.attempts(None).unwrap();
+    assert_eq!(attempts.len(), 1001, "each activity ran exactly once");
+    let join = attempts.iter().find(|a| a.activity == "join").unwrap();
+    let last_part = attempts
+        .iter()
+        .filter(|a| a.activity != "join")
+        .map(|a| a.ended)
+        .fold(0.0, f64::max);
+    assert!(
+        join.started >= last_part,
+        "the fan-in waited for every part"
+    );
+}
+
+#[test]
+fn a_permanent_failure_is_retried_then_reported_with_its_stderr() {
+    let dir = workdir("failure");
+    std::fs::write(
+        dir.join("fail.toml"),
+        r#"
+[[activity]]
+id = "fine"
+script = "true"
+
+[[activity]]
+id = "flaky"
+script = "echo attempt $CONSTELLATION_ATTEMPT >&2; echo 'disk quota exceeded on /scratch' >&2; exit 3"
+retries = 1
+after = ["fine"]
+
+[[activity]]
+id = "downstream-{i}"
+for = { i = "1..=3" }
+script = "touch should-not-exist"
+after = ["flaky"]
+
+[[activity]]
+id = "independent"
+script = "touch independent-ran"
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["fail.toml", "-n", "2", "--journal", "j.db"]);
+    assert_eq!(output.status.code(), Some(1), "a failed graph exits 1");
+    let said = text(&output);
+    assert!(said.contains("FAILED flaky"), "{said}");
+    assert!(
+        said.contains("exited with status 3 on the last of 2 attempts"),
+        "{said}"
+    );
+    assert!(
+        said.contains("| disk quota exceeded on /scratch"),
+        "the stderr tail: {said}"
+    );
+    assert!(said.contains("3 cancelled because of a failure"), "{said}");
+    assert!(!dir.join("should-not-exist").exists());
+    assert!(dir.join("independent-ran").exists());
+    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let flaky: Vec<_> = (journal.attempts(None).unwrap().into_iter())
+        .filter(|a| a.activity == "flaky")
+        .collect();
+    assert_eq!(flaky.len(), 2);
+    assert!(flaky.iter().all(|a| a.exit_code == Some(3)));
+    assert!(flaky[1].stderr.as_deref().unwrap().ends_with("stderr.2"));
+    let states = states(&dir.join("j.db"));
+    let cancelled = states
+        .iter()
+        .filter(|(_, s)| *s == ActivityState::Cancelled)
+        .count();
+    assert_eq!(cancelled, 3);
+    assert_eq!(journal.runs().unwrap()[0].status, "failed");
+}
+
+#[test]
+fn relabelling_moves_work_from_cpu_to_gpu_executors() {
+    let dir = workdir("relabel");
+    std::fs::write(
+        dir.join("g.toml"),
+        r#"
+[[activity]]
+id = "work-{i}"
+for = { i = "1..=8" }
+script = "echo $CONSTELLATION_LABELS"
+context = "cpu"
+"#,
+    )
+    .unwrap();
+    let labels = |journal: &str| -> BTreeSet<String> {
+        Journal::open(&dir.join(journal))
+            .unwrap()
+            .attempts(None)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.labels)
+            .collect()
+    };
+    let pool = ["-n", "1", "--context", "cpu", "--add-executors", "1:gpu"];
+    let plain = run(
+        &dir,
+        &[&["g.toml", "--journal", "cpu.db"][..], &pool].concat(),
+    );
+    assert!(plain.status.success());
+    let cpu_labels = labels("cpu.db");
+    assert_eq!(cpu_labels.len(), 1);
+    assert!(
+        cpu_labels.iter().all(|l| l.starts_with("cpu,")),
+        "{cpu_labels:?}"
+    );
+
+    let moved = run(
+        &dir,
+        &[
+            &["g.toml", "--journal", "gpu.db", "--relabel", "cpu=gpu"][..],
+            &pool,
+        ]
+        .concat(),
+    );
+    assert!(moved.status.success());
+    assert!(text(&moved).contains("retargeted 8 activities"));
+    assert_eq!(labels("gpu.db"), BTreeSet::from(["gpu".to_string()]));
+
+    std::fs::write(
+        dir.join("contexts.toml"),
+        "\"work-[1-4]\" = \"gpu\"\n\"work-*\" = \"gpu\"\n",
+    )
+    .unwrap();
+    let by_file = run(
+        &dir,
+        &[
+            &[
+                "g.toml",
+                "--journal",
+                "file.db",
+                "--context-file",
+                "contexts.toml",
+            ][..],
+            &pool,
+        ]
+        .concat(),
+    );
+    assert!(by_file.status.success());
+    assert!(text(&by_file).contains("context rule `work-[1-4]` matches no activity"));
+    assert_eq!(labels("file.db"), BTreeSet::from(["gpu".to_string()]));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_runs_nothing() {
+    let dir = workdir("bad");
+    std::fs::write(
+        dir.join("cycle.toml"),
+        "[[activity]]\nid = \"a\"\nscript = \"touch ran\"\nafter = [\"b\"]\n\n[[activity]]\nid = \"b\"\nscript = \"true\"\nafter = [\"a\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("gpu.toml"),
+        "[[activity]]\nid = \"kernel\"\nscript = \"touch ran\"\ncontext = \"gpu\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ok.toml"),
+        "[[activity]]\nid = \"fine\"\nscript = \"touch ran\"\n",
+    )
+    .unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["missing.toml"], "cannot read the graph file"),
+        (&["cycle.toml"], "the dependencies form a cycle"),
+        (
+            &["gpu.toml", "-n", "1", "--context", "cpu"],
+            "kernel needs [gpu]",
+        ),
+        (&["gpu.toml", "--relabel", "gpu"], "FROM=TO"),
+        (
+            &["gpu.toml", "--add-executors", "x:gpu"],
+            "not a number of executors",
+        ),
+        (
+            &["gpu.toml", "--context-file", "nope.toml"],
+            "cannot read context file",
+        ),
+        (&["ok.toml", "--resume", "nope.db"], "does not exist"),
+        (
+            &["ok.toml", "--resume", "gpu.toml"],
+            "not a constellation journal",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = run(&dir, args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let said = text(&output);
+        assert!(
+            said.contains(expected),
+            "{args:?}: wanted {expected:?} in {said}"
+        );
+        assert!(!said.contains("panicked"), "{said}");
+    }
+    assert!(!dir.join("ran").exists());
+    assert!(
+        !dir.join("constellation-runs").exists(),
+        "no journal for a refused run"
+    );
+}
+
+/// Kills the runner with SIGKILL in the middle of a graph, then resumes:
+/// nothing the journal calls done runs again, and everything gets done.
+#[test]
+fn a_killed_run_resumes_without_redoing_finished_work() {
+    let dir = workdir("resume");
+    // Four chains of ten; each step appends its id to ran.log first, so the
+    // log shows every start, even of a step the kill cut short.
+    let mut graph = String::new();
+    for chain in 0..4 {
+        for step in 0..10 {
+            graph.push_str(&format!(
+                "[[activity]]\nid = \"c{chain}-{step}\"\nscript = \"echo c{chain}-{step} >> ran.log; sleep 0.05\"\n"
+            ));
+            if step > 0 {
+                graph.push_str(&format!("after = [\"c{chain}-{}\"]\n", step - 1));
+            }
+            graph.push('\n');
+        }
+    }
+    std::fs::write(dir.join("chains.toml"), graph).unwrap();
+    let all: BTreeSet<String> = (0..4)
+        .flat_map(|c| (0..10).map(move |s| format!("c{c}-{s}")))
+        .collect();
+
+    let mut child = constellation(&dir)
+        .args([
+            "run",
+            "chains.toml",
+            "--journal",
+            "run.db",
+            "-n",
+            "2",
+            "--progress",
+            "none",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill once a good part, not all, is journaled as done.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = Journal::open(&dir.join("run.db"))
+            .and_then(|j| j.done())
+            .map_or(0, |d| d.len());
+        if done >= 12 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run made no progress");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the runner ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // Let commands the runner left behind finish their line in the log.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let journal = Journal::open(&dir.join("run.db")).unwrap();
+    let done_before: BTreeSet<String> = journal.done().unwrap().into_keys().collect();
+    assert!(
+        done_before.len() >= 12 && done_before.len() < all.len(),
+        "{done_before:?}"
+    );
+    assert_eq!(
+        journal.runs().unwrap()[0].status,
+        "running",
+        "killed: no end recorded"
+    );
+    drop(journal);
+    let log_before = std::fs::read_to_string(dir.join("ran.log")).unwrap();
+    let ran_before: Vec<&str> = log_before.lines().collect();
+    for id in &done_before {
+        assert!(
+            ran_before.contains(&id.as_str()),
+            "{id} is done but never ran"
+        );
+    }
+
+    let resumed = run(&dir, &["chains.toml", "--resume", "run.db", "-n", "2"]);
+    assert!(resumed.status.success());
+    assert!(text(&resumed).contains(&format!("({} done before, skipped)", done_before.len())));
+    let log_after = std::fs::read_to_string(dir.join("ran.log")).unwrap();
+    let ran_after: Vec<&str> = log_after[log_before.len()..].lines().collect();
+    for id in &ran_after {
+        assert!(
+            !done_before.contains(*id),
+            "{id} was done, yet ran again on resume"
+        );
+    }
+    let ran: BTreeSet<String> = (ran_before.iter().chain(&ran_after))
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(ran, all, "every activity ran");
+    let journal = Journal::open(&dir.join("run.db")).unwrap();
+    assert_eq!(journal.done().unwrap().len(), all.len());
+    let runs = journal.runs().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1].status, "succeeded");
+    assert!(runs[1].output_dir.ends_with("output.run2"));
+}
