@@ -11,11 +11,13 @@
 #   shell_true      10,000 shell activities running `true`, 2 executors, output files on tmpfs
 #                   (/dev/shm or $BENCH_SCRATCH), with the fork/exec ceiling (spawning `true`
 #                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk
+#   graph_chains    `constellation run` of 100 independent chains of 100 activities running `true`,
+#                   2 executors, journal and output on tmpfs: wall seconds and activities/s
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(local_spawn local_fib local_pingpong queued_bytes shell_true)
+all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -26,6 +28,9 @@ for name in "${names[@]}"; do
 done
 
 cargo build --release --quiet -p constellation-workloads --bin constellation-bench
+case " ${names[*]} " in
+  *" graph_chains "*) cargo build --release --quiet -p gluein --bin constellation ;;
+esac
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do
   target/release/constellation-bench "$name"

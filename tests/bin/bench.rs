@@ -13,12 +13,13 @@ use constellation::{Activity, ContextList, ExecutorContext, NodeId, Pool};
 use constellation_workloads::{fib_activities, Fib, Player, Trivial};
 use executors::shell::{ShellActivity, ShellResult, ShellSpec};
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 6] = [
     "local_spawn",
     "local_fib",
     "local_pingpong",
     "queued_bytes",
     "shell_true",
+    "graph_chains",
 ];
 
 fn main() -> Result<()> {
@@ -43,6 +44,10 @@ fn main() -> Result<()> {
     for name in selected {
         if name == "shell_true" {
             shell_true(10_000, runs)?;
+            continue;
+        }
+        if name == "graph_chains" {
+            graph_chains(100, 100, runs)?;
             continue;
         }
         let mut values = Vec::with_capacity(runs);
@@ -74,6 +79,71 @@ fn main() -> Result<()> {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// `chains` independent chains of `length` activities running `true`, as a
+/// graph file run by the `constellation` command (built next to this
+/// binary) on its embedded pool with 2 executors: parsing, the journal and
+/// the coordinator included, as a user would run it. The run's directory,
+/// journal and output files are on tmpfs (`/dev/shm` or `BENCH_SCRATCH`).
+fn graph_chains(chains: usize, length: usize, runs: usize) -> Result<()> {
+    let exe = std::env::current_exe()?.with_file_name("constellation");
+    if !exe.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build --release -p gluein --bin constellation`",
+            exe.display()
+        );
+    }
+    let scratch = std::env::var_os("BENCH_SCRATCH")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"))
+        .join(format!("constellation-bench-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let mut graph = String::new();
+    for chain in 0..chains {
+        for step in 0..length {
+            graph.push_str(&format!(
+                "[[activity]]\nid = \"c{chain}-{step}\"\ncommand = \"true\"\n"
+            ));
+            if step > 0 {
+                graph.push_str(&format!("after = [\"c{chain}-{}\"]\n", step - 1));
+            }
+        }
+    }
+    std::fs::write(scratch.join("chains.toml"), graph)?;
+    let activities = (chains * length) as f64;
+    let mut seconds = Vec::with_capacity(runs);
+    let mut rates = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let journal = format!("run-{run}/journal.db");
+        let started = Instant::now();
+        let output = std::process::Command::new(&exe)
+            .args(["run", "chains.toml", "-n", "2", "--progress", "none"])
+            .args(["--journal", &journal])
+            .current_dir(&scratch)
+            .output()?;
+        let wall = started.elapsed().as_secs_f64();
+        if !output.status.success() {
+            bail!(
+                "constellation run failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::fs::remove_dir_all(scratch.join(format!("run-{run}")))?;
+        eprintln!(
+            "graph_chains run {run}: {wall:.2} s, {:.0} activities/s",
+            activities / wall
+        );
+        seconds.push(wall);
+        rates.push(activities / wall);
+    }
+    std::fs::remove_dir_all(&scratch)?;
+    println!(
+        r#"{{"bench":"graph_chains","value":{:.3},"unit":"s","higher_is_better":false,"activities":{activities},"activities_per_s":{:.1}}}"#,
+        median(&mut seconds),
+        median(&mut rates)
+    );
+    Ok(())
 }
 
 /// `count` shell activities running `true` on 2 executors, against the
