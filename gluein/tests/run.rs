@@ -8,12 +8,30 @@ use std::time::{Duration, Instant};
 
 use journal::{ActivityState, Journal};
 
-/// A fresh directory for one test, removed at the start of the next run.
-fn workdir(name: &str) -> PathBuf {
+/// A fresh directory for one test, removed when the test passes (a failed
+/// test keeps it, for a look at its journal and output).
+struct WorkDir(PathBuf);
+
+impl std::ops::Deref for WorkDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn workdir(name: &str) -> WorkDir {
     let dir = std::env::temp_dir().join(format!("constellation-run-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    WorkDir(dir)
 }
 
 fn constellation(dir: &Path) -> Command {
