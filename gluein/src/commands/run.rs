@@ -184,21 +184,31 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         debug_assert_eq!(coordinator.reports_expected(), expected);
         pool.submit(coordinator)?;
         let mut progress = Progress::new(args.progress, expected as u64);
-        while let Some(batch) = reports.next_batch(Duration::from_millis(200))? {
-            let mut updates = Vec::with_capacity(batch.len());
-            for event in batch {
-                let report: NodeReport = event
-                    .take()
-                    .context("the coordinator sent a report this build cannot read")?;
+        // Reports are committed in groups at most COMMIT_EVERY apart: one
+        // transaction per report would cost more than a short command. A
+        // runner killed in between loses at most that much of the record,
+        // and those activities run again on resume (at-least-once).
+        let mut updates = Vec::new();
+        let mut last_commit = Instant::now();
+        loop {
+            let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
+            let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
+            let finished = batch.is_none();
+            for event in batch.into_iter().flatten() {
+                let report = event_report(event)?;
                 tally.count(&graph, &report);
                 updates.push(update_for(&graph, &report));
             }
-            if !updates.is_empty() {
-                journal.record(run, &updates)?;
+            if finished || last_commit.elapsed() >= COMMIT_EVERY {
+                if !updates.is_empty() {
+                    journal.record(run, &std::mem::take(&mut updates))?;
+                }
+                last_commit = Instant::now();
+                progress.show(&tally, pool.counts().running, started.elapsed());
             }
-            // The coordinator's own calls are brief; what runs is commands.
-            let running = pool.counts().running;
-            progress.show(&tally, running, started.elapsed());
+            if finished {
+                break;
+            }
         }
         progress.finish(&tally);
     }
@@ -217,6 +227,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         RunStatus::Succeeded => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// The longest a settled activity waits to be committed to the journal.
+const COMMIT_EVERY: Duration = Duration::from_millis(50);
+
+/// The coordinator's report in an event.
+fn event_report(event: constellation::Event) -> anyhow::Result<NodeReport> {
+    event
+        .take()
+        .context("the coordinator sent a report this build cannot read")
 }
 
 /// The executors of the embedded pool: `--executors` general ones with the
