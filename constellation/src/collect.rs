@@ -26,6 +26,8 @@ struct MailboxState {
     events: Vec<Event>,
     /// Events already handed out by [`Results::next_batch`].
     taken: usize,
+    /// A [`Results::next_batch`] is waiting for any event.
+    batch_reader: bool,
     complete: bool,
     /// The collector was dropped before it had all its events.
     abandoned: bool,
@@ -97,12 +99,14 @@ impl Results {
                     expected: self.expected,
                 });
             }
-            if self
+            state.batch_reader = true;
+            let timed_out = self
                 .mailbox
                 .changed
                 .wait_until(&mut state, deadline)
-                .timed_out()
-            {
+                .timed_out();
+            state.batch_reader = false;
+            if timed_out {
                 return Ok(Some(Vec::new()));
             }
         }
@@ -175,13 +179,21 @@ impl MultiEventCollector {
         self
     }
 
-    fn step(&self) -> Step {
+    /// Adds `event`, if any, and finishes once all expected events are in.
+    fn step(&self, event: Option<Event>) -> Step {
         let mut state = self.mailbox.state.lock();
+        let arrived = event.is_some();
+        state.events.extend(event);
         if state.taken + state.events.len() >= self.expected {
             state.complete = true;
             self.mailbox.changed.notify_all();
             Step::Finish
         } else {
+            // A `wait` sleeps until the last event; only a batch reader
+            // wants to hear of each one.
+            if arrived && state.batch_reader {
+                self.mailbox.changed.notify_all();
+            }
             Step::Suspend
         }
     }
@@ -198,14 +210,11 @@ impl Activity for MultiEventCollector {
     }
 
     fn initialize(&mut self, _cx: &mut ActivityCx<'_>) -> Step {
-        self.step()
+        self.step(None)
     }
 
     fn process(&mut self, _cx: &mut ActivityCx<'_>, event: Event) -> Step {
-        self.mailbox.state.lock().events.push(event);
-        // Wakes a `next_batch` waiting for any event, not only the last.
-        self.mailbox.changed.notify_all();
-        self.step()
+        self.step(Some(event))
     }
 }
 

@@ -482,15 +482,6 @@ impl Shared {
         }
     }
 
-    /// Wakes every idle executor but `besides`, so each looks for work.
-    fn wake_all_idle(&self, besides: usize) {
-        for executor in (0..self.shards.len()).filter(|&e| e != besides) {
-            if self.claim_idle(executor) {
-                self.handoffs()[executor].parker.notify();
-            }
-        }
-    }
-
     /// Takes `executor` off the idle list if it is on it, so that the next
     /// wake-up goes to another one. Whoever claims it must notify it.
     fn claim_idle(&self, executor: usize) -> bool {
@@ -739,6 +730,7 @@ fn executor_main(
     let mut outbox = Outbox::default();
     let mut actions = Vec::new();
     let mut away = Vec::new();
+    let mut children: Vec<ContextList> = Vec::new();
     let mut finished: Option<FinishedCall> = None;
     let mut trace = Vec::new();
     loop {
@@ -750,16 +742,9 @@ fn executor_main(
                 .sent
                 .extract_if(.., |event| shared.home_of(event.target) != Some(index)),
         );
-        let submitted = outbox.submitted.len();
-        let children: Vec<ContextList> = if shared.idle_count.load(Ordering::Relaxed) > 0 {
-            outbox
-                .submitted
-                .iter()
-                .map(|s| s.contexts.clone())
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // Their contexts, to wake idle executors for them once they are
+        // published; the buffer is reused, so this costs no allocation.
+        children.extend(outbox.submitted.iter().map(|s| s.contexts.clone()));
         // Work handed over while this executor was busy comes first.
         let handed = shared.handoffs()[index].mailbox.lock().pop_front();
         let mut credit = 0;
@@ -795,17 +780,13 @@ fn executor_main(
         }
         shared.perform(&mut actions, &mut credit);
         shared.settle(&mut credit);
-        for contexts in &children {
-            shared.wake_idle_for(contexts, index);
-        }
-        // An executor that announced itself idle after the check above, and
-        // looked for work before the session published the children, is
-        // parked and would never hear of them: a child only it can run would
-        // wait forever. Look again now that they are visible (this pairs with
-        // the announce-then-look-again in `wait_for_work`); the contexts are
-        // not at hand any more, so wake every idle executor. This is rare.
-        if children.is_empty() && submitted > 0 && shared.idle_count.load(Ordering::SeqCst) > 0 {
-            shared.wake_all_idle(index);
+        // Only now, with the children visible to thieves: an executor that
+        // announced itself idle before this point is woken here, and one that
+        // announces later finds them when it looks again (`wait_for_work`).
+        // Checking for idle executors before the session lost children to an
+        // executor that parked in between.
+        for contexts in children.drain(..) {
+            shared.wake_idle_for(&contexts, index);
         }
         let work = match work {
             Some(work) => work,
