@@ -399,6 +399,14 @@ pub struct ExecutorContext {
 }
 
 impl ExecutorContext {
+    /// The contexts in priority order, comma separated: how executors
+    /// show their labels to programs and journals (`CONSTELLATION_LABELS`).
+    /// It parses back into the same contexts.
+    pub fn label_list(&self) -> String {
+        let labels: Vec<String> = self.contexts.iter().map(ToString::to_string).collect();
+        labels.join(",")
+    }
+
     /// An executor serving `contexts`, in order, with no rank preference.
     pub fn new(contexts: impl IntoIterator<Item = Context>) -> Self {
         ExecutorContext {

@@ -34,6 +34,7 @@ fn decl(id: &str, kind: &str) -> ActivityDecl {
         spec_hash: "h".into(),
         context: "anywhere".into(),
         after: vec![],
+        rerun: true,
     }
 }
 

@@ -111,6 +111,8 @@ pub struct ActivityDecl {
     pub context: String,
     /// Ids it runs after.
     pub after: Vec<String>,
+    /// Whether this run runs it (again); `false` for work a resume skips.
+    pub rerun: bool,
 }
 
 /// An executor of a run.
@@ -389,24 +391,22 @@ impl Journal {
         })
     }
 
-    /// Declares the graph's activities for run `run`. New ones, and ones
-    /// whose spec changed or that did not succeed before, become pending;
-    /// ones that are done with the same spec keep their row. Activities of
-    /// an earlier run that the graph no longer has are left alone.
+    /// Declares the graph's activities for run `run`: new ones are
+    /// pending, and so are the ones marked to run again; the others (done
+    /// before, and skipped by this run) keep their state and the run that
+    /// set it. Activities of an earlier run that the graph no longer has are
+    /// left alone.
     pub fn declare(&mut self, run: i64, activities: &[ActivityDecl]) -> Result<(), JournalError> {
         self.transaction(|tx| {
             let mut upsert = tx.prepare(
                 "INSERT INTO activities(id, kind, spec_hash, context, after, state, run)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)
                  ON CONFLICT(id) DO UPDATE SET
-                    kind = excluded.kind, context = excluded.context, after = excluded.after,
-                    state = CASE WHEN state = 'done' AND spec_hash = excluded.spec_hash
-                                 THEN state ELSE 'pending' END,
-                    run = CASE WHEN state = 'done' AND spec_hash = excluded.spec_hash
-                               THEN run ELSE excluded.run END,
-                    message = CASE WHEN state = 'done' AND spec_hash = excluded.spec_hash
-                                   THEN message ELSE NULL END,
-                    spec_hash = excluded.spec_hash",
+                    kind = excluded.kind, spec_hash = excluded.spec_hash,
+                    context = excluded.context, after = excluded.after,
+                    state = CASE WHEN ?7 THEN 'pending' ELSE state END,
+                    run = CASE WHEN ?7 THEN excluded.run ELSE run END,
+                    message = CASE WHEN ?7 THEN NULL ELSE message END",
             )?;
             for a in activities {
                 upsert.execute(params![
@@ -415,22 +415,9 @@ impl Journal {
                     a.spec_hash,
                     a.context,
                     json_list(&a.after),
-                    run
+                    run,
+                    a.rerun
                 ])?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Marks activities that will run again in this run (e.g. because
-    /// something they depend on reruns) as pending.
-    pub fn mark_pending(&mut self, run: i64, ids: &[String]) -> Result<(), JournalError> {
-        self.transaction(|tx| {
-            let mut update = tx.prepare(
-                "UPDATE activities SET state = 'pending', run = ?2, message = NULL WHERE id = ?1",
-            )?;
-            for id in ids {
-                update.execute(params![id, run])?;
             }
             Ok(())
         })

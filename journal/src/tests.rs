@@ -1,7 +1,8 @@
 use super::*;
 
-fn decl(id: &str, hash: &str) -> ActivityDecl {
+fn decl(id: &str, hash: &str, rerun: bool) -> ActivityDecl {
     ActivityDecl {
+        rerun,
         id: id.to_string(),
         kind: id.to_string(),
         spec_hash: hash.to_string(),
@@ -64,7 +65,14 @@ fn a_resume_keeps_done_work_with_the_same_spec_and_nothing_else() {
     let run = journal.begin_run(&new_run()).unwrap();
     assert_eq!(run, 1);
     journal
-        .declare(run, &[decl("a", "1"), decl("b", "1"), decl("c", "1")])
+        .declare(
+            run,
+            &[
+                decl("a", "1", true),
+                decl("b", "1", true),
+                decl("c", "1", true),
+            ],
+        )
         .unwrap();
     journal
         .record(
@@ -87,9 +95,17 @@ fn a_resume_keeps_done_work_with_the_same_spec_and_nothing_else() {
     assert_eq!(done["a"], "1");
     let second = journal.begin_run(&new_run()).unwrap();
     assert_eq!(second, 2);
-    // `c` changed its spec; `a` did not.
+    // `a` is done with the same spec, so the runner skips it; `b` failed
+    // and `c` changed its spec, so they run again.
     journal
-        .declare(second, &[decl("a", "1"), decl("b", "1"), decl("c", "2")])
+        .declare(
+            second,
+            &[
+                decl("a", "1", false),
+                decl("b", "1", true),
+                decl("c", "2", true),
+            ],
+        )
         .unwrap();
     let rows = journal.activities().unwrap();
     let state = |id: &str| rows.iter().find(|r| r.id == id).unwrap().clone();

@@ -81,7 +81,7 @@ impl ShellActivity {
     fn run(&self, cx: &ActivityCx<'_>) -> ShellResult {
         let spec = &self.spec;
         let activity = cx.id();
-        let labels = executor_labels(cx);
+        let labels = cx.executor_context().label_list();
         let mut env: Vec<(String, String)> = cx
             .resources()
             .env()
@@ -167,18 +167,6 @@ impl ShellActivity {
 fn host_name() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(crate::probe::hostname)
-}
-
-/// The executor's contexts as `CONSTELLATION_LABELS` shows them: comma
-/// separated, in priority order, parseable as an executor context again.
-fn executor_labels(cx: &ActivityCx<'_>) -> String {
-    let labels: Vec<String> = cx
-        .executor_context()
-        .contexts
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    labels.join(",")
 }
 
 /// Creates the activity's output directory and names the attempt's files:

@@ -15,9 +15,10 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use constellation::collect::MultiEventCollector;
 use constellation::core::MatchTable;
-use constellation::{ActivityId, Context, ContextList, ExecutorContext, Pool};
+use constellation::{Context, ContextList, ExecutorContext, Pool};
 use executors::probe::Hardware;
 use executors::shell::{Capture, ShellOutcome, ShellResult};
+use gluein::clock::UtcTime;
 use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
 use journal::{
     unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal,
@@ -122,16 +123,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let skip = plan_skips(&graph, &hashes, &journal.done()?);
     let skipped = skip.iter().filter(|&&s| s).count();
 
+    let host = executors::probe::hostname();
     let spec_json = graph_json(&graph);
     let run = journal.begin_run(&NewRun {
         graph_path: args.graph.display().to_string(),
         graph_hash: hex(&Sha256::digest(spec_json.as_bytes())),
         graph_spec: spec_json,
-        host: executors::probe::hostname(),
+        host: host.clone(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: output_dir.display().to_string(),
     })?;
-    let host = executors::probe::hostname();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = (cores / executors.len()).max(1) as i64;
     journal.record_executors(
@@ -140,18 +141,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map(|(k, context)| ExecutorRow {
                 executor: k as i64,
                 node: host.clone(),
-                labels: labels_text(context),
+                labels: context.label_list(),
                 cores: share,
             })
             .collect::<Vec<_>>(),
     )?;
-    journal.declare(run, &declarations(&graph, &hashes))?;
-    // Done before, but something upstream runs again: they must too.
-    let stale: Vec<String> = (graph.nodes.iter().zip(&skip))
-        .filter(|(_, &s)| !s)
-        .map(|(n, _)| n.id.clone())
-        .collect();
-    journal.mark_pending(run, &stale)?;
+    journal.declare(run, &declarations(&graph, &hashes, &skip))?;
 
     eprintln!(
         "run {run} of {}: {} activities{}, {} executor(s); journal {}",
@@ -277,11 +272,10 @@ fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
 /// on a local pool they would wait forever.
 fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
     let table = MatchTable::new(executors);
-    let placeholder = ActivityId::new(constellation::NodeId::from_u128(0), 0);
     let unmatched: Vec<String> = graph
         .nodes
         .iter()
-        .filter(|node| table.check(placeholder, &node.spec.context, None).is_err())
+        .filter(|node| table.executors_for(&node.spec.context).next().is_none())
         .map(|node| format!("  {} needs [{}]", node.id, node.spec.context))
         .collect();
     if unmatched.is_empty() {
@@ -346,22 +340,10 @@ fn utc_stamp(time: SystemTime) -> String {
     let secs = time
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = UtcTime::from_unix(secs as i64);
     format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 
@@ -401,9 +383,10 @@ fn plan_skips(graph: &Graph, hashes: &[String], done: &HashMap<String, String>) 
     skip
 }
 
-fn declarations(graph: &Graph, hashes: &[String]) -> Vec<ActivityDecl> {
-    (graph.nodes.iter().zip(hashes))
-        .map(|(node, hash)| ActivityDecl {
+fn declarations(graph: &Graph, hashes: &[String], skip: &[bool]) -> Vec<ActivityDecl> {
+    (graph.nodes.iter().zip(hashes).zip(skip))
+        .map(|((node, hash), &skip)| ActivityDecl {
+            rerun: !skip,
             id: node.id.clone(),
             kind: node.kind.clone(),
             spec_hash: hash.clone(),
@@ -435,11 +418,6 @@ fn graph_json(graph: &Graph) -> String {
         })
         .collect();
     serde_json::json!({ "activities": nodes }).to_string()
-}
-
-fn labels_text(context: &ExecutorContext) -> String {
-    let labels: Vec<String> = context.contexts.iter().map(ToString::to_string).collect();
-    labels.join(",")
 }
 
 /// The journal rows for one report.
@@ -569,32 +547,23 @@ impl Tally {
         let mut out = String::new();
         let run = self.total - self.skipped;
         out.push_str(&format!(
-            "\n{} of {} activities done in {:.1} s ({:.0}/s){}{}{}{}\n",
+            "\n{} of {} activities done in {:.1} s ({:.0}/s)",
             self.done + self.skipped,
             self.total,
             elapsed.as_secs_f64(),
             run as f64 / elapsed.as_secs_f64().max(1e-9),
-            if self.skipped > 0 {
-                format!(", {} skipped as done before", self.skipped)
-            } else {
-                String::new()
-            },
-            if self.failed > 0 {
-                format!(", {} failed", self.failed)
-            } else {
-                String::new()
-            },
-            if self.cancelled > 0 {
-                format!(", {} cancelled because of a failure", self.cancelled)
-            } else {
-                String::new()
-            },
-            if self.retried > 0 {
-                format!(", {} needed retries", self.retried)
-            } else {
-                String::new()
-            },
         ));
+        for (count, what) in [
+            (self.skipped, "skipped as done before"),
+            (self.failed, "failed"),
+            (self.cancelled, "cancelled because of a failure"),
+            (self.retried, "needed retries"),
+        ] {
+            if count > 0 {
+                out.push_str(&format!(", {count} {what}"));
+            }
+        }
+        out.push('\n');
         if !self.durations.is_empty() {
             let width = self
                 .durations
