@@ -389,3 +389,122 @@ impl Activity for WhereDidIRun {
         Step::Finish
     }
 }
+
+/// Executions of [`BagItem`] in this process, for exactly-once counts.
+pub static BAG_RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One item of a bag of independent tasks: burns `spin_us` of CPU, then
+/// reports `(index, node, executor labels)` to `reply_to`, so a test can see
+/// that each ran once and where.
+#[derive(Serialize, Deserialize)]
+pub struct BagItem {
+    /// Which item.
+    pub index: u64,
+    /// Where the report goes.
+    pub reply_to: ActivityId,
+    /// Where it may run.
+    pub contexts: ContextList,
+    /// CPU time to burn, in microseconds.
+    pub spin_us: u64,
+}
+
+/// What a [`BagItem`] reports.
+pub type BagReport = (u64, constellation::NodeId, String);
+
+#[typetag::serde]
+impl Activity for BagItem {
+    fn context(&self) -> ContextList {
+        self.contexts.clone()
+    }
+
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        BAG_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        spin_for(self.spin_us);
+        let labels = cx.executor_context().label_list();
+        let report: BagReport = (self.index, cx.node(), labels);
+        cx.send(self.reply_to, report);
+        Step::Finish
+    }
+
+    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
+        Step::Finish
+    }
+}
+
+/// Bats a counter back and forth with its peer, timing each round trip
+/// where it runs, and sends the round-trip times in nanoseconds to `done`.
+#[derive(Serialize, Deserialize)]
+pub struct TimedPlayer {
+    contexts: ContextList,
+    serve: Option<(ActivityId, u64)>,
+    done: ActivityId,
+    #[serde(skip)]
+    sent_at: Option<Instant>,
+    #[serde(skip)]
+    times: Vec<u64>,
+}
+
+impl TimedPlayer {
+    /// The player that waits for the ball; runs where `contexts` says.
+    pub fn receiver(contexts: ContextList, done: ActivityId) -> Self {
+        TimedPlayer {
+            contexts,
+            serve: None,
+            done,
+            sent_at: None,
+            times: Vec::new(),
+        }
+    }
+
+    /// The player that serves `rounds` to `peer` and times them.
+    pub fn server(contexts: ContextList, peer: ActivityId, rounds: u64, done: ActivityId) -> Self {
+        TimedPlayer {
+            contexts,
+            serve: Some((peer, rounds)),
+            done,
+            sent_at: None,
+            times: Vec::new(),
+        }
+    }
+}
+
+#[typetag::serde]
+impl Activity for TimedPlayer {
+    fn context(&self) -> ContextList {
+        self.contexts.clone()
+    }
+
+    fn may_be_stolen(&self) -> bool {
+        // The server times on its own clock; the receiver must travel.
+        self.serve.is_none()
+    }
+
+    fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        if let Some((peer, rounds)) = self.serve {
+            self.sent_at = Some(Instant::now());
+            cx.send(peer, rounds);
+        }
+        Step::Suspend
+    }
+
+    fn process(&mut self, cx: &mut ActivityCx<'_>, event: Event) -> Step {
+        let from = event.source;
+        let count = event.take::<u64>().expect("players send u64");
+        if let Some(sent) = self.sent_at.take() {
+            self.times.push(sent.elapsed().as_nanos() as u64);
+        }
+        if count > 0 {
+            if self.serve.is_some() {
+                self.sent_at = Some(Instant::now());
+            }
+            cx.send(from, count - 1);
+        }
+        if count <= 1 {
+            if self.serve.is_some() {
+                cx.send(self.done, std::mem::take(&mut self.times));
+            }
+            return Step::Finish;
+        }
+        Step::Suspend
+    }
+}

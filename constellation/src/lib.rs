@@ -21,6 +21,7 @@ pub mod core;
 pub mod event;
 pub mod id;
 pub mod local;
+pub mod net;
 pub mod resources;
 pub mod trace;
 pub mod wire;

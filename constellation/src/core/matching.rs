@@ -14,6 +14,9 @@ pub struct MatchTable {
     by_label: Vec<Vec<(usize, Option<RankRange>)>>,
     /// What the executors offer, for error messages.
     offered: String,
+    /// Accept any unpinned work, for a node of a networked pool: executors
+    /// elsewhere, perhaps ones that join later, may run what none here can.
+    open: bool,
 }
 
 impl MatchTable {
@@ -63,9 +66,18 @@ impl MatchTable {
         })
     }
 
-    /// Whether some executor matches `list`.
+    /// A table that checks pinned work against `executors` but accepts any
+    /// other work: the admission table of a node in a networked pool.
+    pub fn open(executors: &[ExecutorContext]) -> Self {
+        MatchTable {
+            open: true,
+            ..MatchTable::new(executors)
+        }
+    }
+
+    /// Whether some executor matches `list` (always, for an [`open`](Self::open) table).
     pub fn any_executor_can_run(&self, list: &ContextList) -> bool {
-        self.executors_for(list).next().is_some()
+        self.open || self.executors_for(list).next().is_some()
     }
 
     /// Whether executor `executor` matches `list`.

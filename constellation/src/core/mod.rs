@@ -473,29 +473,90 @@ impl<T> Scheduler<T> {
     /// This moves work within a node: activities pinned to an executor never
     /// move, but unpinned ones move even if they may not leave the node.
     pub fn steal(&mut self, thief: &ExecutorContext, max: usize, to: Place) -> Vec<Stolen<T>> {
+        self.steal_where(thief, max, to, false)
+    }
+
+    /// [`steal`](Self::steal) for a thief on another node: activities that
+    /// may not leave their node ([`Submission::stealable`] is `false`) stay.
+    pub fn steal_off_node(
+        &mut self,
+        thief: &ExecutorContext,
+        max: usize,
+        to: Place,
+    ) -> Vec<Stolen<T>> {
+        self.steal_where(thief, max, to, true)
+    }
+
+    fn steal_where(
+        &mut self,
+        thief: &ExecutorContext,
+        max: usize,
+        to: Place,
+        off_node: bool,
+    ) -> Vec<Stolen<T>> {
         let mut stolen = Vec::new();
+        // Taken from a queue but bound to this node: queued again afterwards,
+        // so the search does not find them twice.
+        let mut staying = Vec::new();
         for offered in &thief.contexts {
             while stolen.len() < max {
-                let mut slot =
-                    self.take_from(QueueOwner::Shared, offered, thief.preference, End::Oldest);
+                let mut found = self
+                    .take_from(QueueOwner::Shared, offered, thief.preference, End::Oldest)
+                    .map(|slot| (slot, QueueOwner::Shared));
                 for victim in 0..self.executors.len() {
-                    if slot.is_some() {
+                    if found.is_some() {
                         break;
                     }
-                    slot = self.take_from(
-                        QueueOwner::Own(victim),
-                        offered,
-                        thief.preference,
-                        End::Oldest,
-                    );
+                    found = self
+                        .take_from(
+                            QueueOwner::Own(victim),
+                            offered,
+                            thief.preference,
+                            End::Oldest,
+                        )
+                        .map(|slot| (slot, QueueOwner::Own(victim)));
                 }
-                let Some(slot) = slot else { break };
+                let Some((slot, owner)) = found else { break };
+                let record = self.slots[slot as usize]
+                    .record
+                    .as_ref()
+                    .expect("a taken slot is occupied");
+                if off_node && !record.stealable {
+                    staying.push((slot, owner));
+                    continue;
+                }
                 stolen.push(self.remove_for_theft(slot, to));
             }
+        }
+        for (slot, owner) in staying {
+            self.requeue(slot, owner);
         }
         self.counts.stolen += stolen.len() as u64;
         self.check_quiescence();
         stolen
+    }
+
+    /// Puts a queued activity that was taken off its queues back on them,
+    /// as the newest entry. Entries it still has under other labels are
+    /// stale now and skipped when met.
+    fn requeue(&mut self, slot: u32, owner: QueueOwner) {
+        let entry = &mut self.slots[slot as usize];
+        entry.generation = entry.generation.wrapping_add(1);
+        let entry = self.entry_ref(slot);
+        let order = self.next_order;
+        self.next_order += 1;
+        let record = self.slots[slot as usize]
+            .record
+            .as_ref()
+            .expect("a requeued slot is occupied");
+        let queues = match owner {
+            QueueOwner::Shared => &mut self.shared,
+            QueueOwner::Own(executor) => &mut self.executors[executor].own,
+            QueueOwner::Pinned(executor) => &mut self.executors[executor].pinned,
+        };
+        for wanted in record.contexts.items() {
+            queues.push(wanted.label, wanted.sort_rank(), order, entry);
+        }
     }
 
     fn remove_for_theft(&mut self, slot: u32, to: Place) -> Stolen<T> {
@@ -529,6 +590,8 @@ impl<T> Scheduler<T> {
         }
         // It may come back to a place it once left.
         self.forwarded.remove(&stolen.id);
+        let id = stolen.id;
+        let contexts = stolen.contexts.clone();
         self.insert_queued(
             Record {
                 id: stolen.id,
@@ -541,6 +604,9 @@ impl<T> Scheduler<T> {
             },
             QueueOwner::Own(executor),
         );
+        // An idle executor here (it asked for work and got none) gets it now.
+        let slot = self.index[&id];
+        self.assign_to_idle(slot, &contexts, None);
         Ok(())
     }
 
@@ -574,6 +640,14 @@ impl<T> Scheduler<T> {
     /// Drops the forwarding pointer for a stolen activity that finished.
     pub fn forget_forward(&mut self, id: ActivityId) {
         self.forwarded.remove(&id);
+    }
+
+    /// Points the forwarding pointer for `id`, if this scheduler holds one,
+    /// at `to`: the activity was moved on by someone who knows better.
+    pub fn redirect_forward(&mut self, id: ActivityId, to: Place) {
+        if let Some(place) = self.forwarded.get_mut(&id) {
+            *place = to;
+        }
     }
 
     /// Forwarding pointers held, one per stolen activity still alive.

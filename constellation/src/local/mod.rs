@@ -63,12 +63,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap;
 
 use crate::activity::{panic_message, Activity, ActivityCx, Outbox};
 use crate::context::{ContextList, ExecutorContext};
 use crate::core::{
     Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, Scheduler, Step,
-    Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason, Work,
+    Stolen, Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason, Work,
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
@@ -79,8 +80,58 @@ use park::{CachePadded, Parker, Spin};
 /// An activity as the local driver stores it.
 type Boxed = Box<dyn Activity>;
 
-/// What a scheduler session asked for, with the shard that asked.
-type ShardActions = Vec<(usize, Action<Boxed>)>;
+/// What scheduler sessions asked for, each with the shard that asked, and
+/// what must leave this node through the [`Uplink`].
+#[derive(Default)]
+struct Effects {
+    actions: Vec<(usize, Action<Boxed>)>,
+    remote: Vec<Outgoing>,
+}
+
+/// The place of anything off this node, for a pool with an [`Uplink`].
+///
+/// As a forwarding pointer it means "moved to another node: ask the uplink
+/// where". In the trail of an activity it means "came from another node: tell
+/// the uplink when it finishes", so the exporter can drop its copy.
+pub const OFF_NODE: Place = Place(u64::MAX);
+
+/// Where a pool hands over what must leave its process: the network driver.
+///
+/// A pool started with [`PoolBuilder::start_with_uplink`] is one node of a
+/// networked pool. Executor threads call the uplink; it must not block.
+pub trait Uplink: Send + Sync + 'static {
+    /// Things for other nodes, in the order they happened. One call carries
+    /// everything one executor call produced, so an activity's last events
+    /// and the news that it finished travel together.
+    fn send(&self, outgoing: Vec<Outgoing>);
+
+    /// An executor found no work on this node and is going to sleep: time to
+    /// ask other nodes for some ([`Pool::idle_executors`] says which).
+    fn idle(&self);
+}
+
+/// Something a pool sends off its node through its [`Uplink`].
+#[derive(Debug)]
+pub enum Outgoing {
+    /// An event for an activity on another node, or of unknown whereabouts.
+    Event(Event),
+    /// An activity that came from another node finished here.
+    Finished(ActivityId),
+}
+
+/// What became of an event handed to [`Pool::deliver_from_network`].
+#[derive(Debug)]
+pub enum Arrival {
+    /// It reached its activity, or waits in the activity's buffer.
+    Delivered,
+    /// Its activity left for another node; the uplink knows where.
+    Away(Event),
+    /// No activity with that id is known here: it may not have arrived yet,
+    /// it finished here, or it lives elsewhere.
+    Unknown(Event),
+    /// Its activity was here and is gone (finished, or never existed).
+    Gone(Box<Undeliverable>),
+}
 
 /// Executors one pool supports: each uses two of the 65,536 id issuer slots.
 const MAX_EXECUTORS: usize = 32_767;
@@ -144,6 +195,17 @@ impl PoolBuilder {
 
     /// Starts the executor threads.
     pub fn start(self) -> Result<Pool, PoolError> {
+        self.start_inner(None)
+    }
+
+    /// Starts the executor threads as one node of a networked pool: events
+    /// and news for other nodes go to `uplink`, and work that no executor
+    /// here can run is accepted, to wait for a thief from another node.
+    pub fn start_with_uplink(self, uplink: Arc<dyn Uplink>) -> Result<Pool, PoolError> {
+        self.start_inner(Some(uplink))
+    }
+
+    fn start_inner(self, uplink: Option<Arc<dyn Uplink>>) -> Result<Pool, PoolError> {
         if self.executors.is_empty() {
             return Err(PoolError::NoExecutors);
         }
@@ -152,6 +214,10 @@ impl PoolBuilder {
         }
         let node = NodeId::random();
         let matcher = Arc::new(MatchTable::new(&self.executors));
+        let admission = match uplink {
+            Some(_) => Arc::new(MatchTable::open(&self.executors)),
+            None => matcher.clone(),
+        };
         let shards = self
             .executors
             .iter()
@@ -159,7 +225,7 @@ impl PoolBuilder {
                 core: CachePadded(Mutex::new(Scheduler::in_pool(
                     node,
                     vec![context.clone()],
-                    matcher.clone(),
+                    admission.clone(),
                 ))),
                 inbox: CachePadded(Mutex::new(Vec::new())),
                 inbox_pending: CachePadded(AtomicBool::new(false)),
@@ -171,8 +237,12 @@ impl PoolBuilder {
             node,
             started: Instant::now(),
             matcher,
+            admission,
+            contexts: self.executors.clone(),
             shards,
             handoffs: OnceLock::new(),
+            uplink,
+            remote_homes: Mutex::new(FxHashMap::default()),
             outstanding: CachePadded(AtomicI64::new(0)),
             idle_count: CachePadded(AtomicUsize::new(0)),
             round_robin: CachePadded(AtomicUsize::new(0)),
@@ -284,9 +354,20 @@ struct Shared {
     started: Instant,
     /// Which executors could run what, over the whole pool.
     matcher: Arc<MatchTable>,
+    /// Which work the pool accepts: `matcher`, or an open table on a node
+    /// of a networked pool.
+    admission: Arc<MatchTable>,
+    /// What each executor offers.
+    contexts: Vec<ExecutorContext>,
     shards: Vec<Shard>,
     /// Set once by `start`, after the threads exist.
     handoffs: OnceLock<Vec<Handoff>>,
+    /// The network driver, for a node of a networked pool.
+    uplink: Option<Arc<dyn Uplink>>,
+    /// The shards that took in activities from other nodes, whose ids name
+    /// no shard here. Entries leave when the activity finishes here or its
+    /// exporter hears it finished elsewhere.
+    remote_homes: Mutex<FxHashMap<ActivityId, usize>>,
     /// Activities queued, running or ready, plus events in transit.
     outstanding: CachePadded<AtomicI64>,
     /// Executors with `Handoff::idle` set.
@@ -321,7 +402,7 @@ impl Shared {
     }
 
     /// Runs `operate` on shard `index`'s scheduler, after moving the shard's
-    /// inbox into it, and collects what it asks for into `actions`.
+    /// inbox into it, and collects what it asks for into `effects`.
     ///
     /// A session counts new work before it releases the shard: new
     /// work must be counted before another thread can see it, finish it and
@@ -337,7 +418,7 @@ impl Shared {
         &self,
         index: usize,
         credit: &mut i64,
-        actions: &mut ShardActions,
+        effects: &mut Effects,
         operate: impl FnOnce(&mut Scheduler<Boxed>) -> R,
     ) -> R {
         let shard = &self.shards[index];
@@ -352,7 +433,7 @@ impl Shared {
             if matches!(action, Action::Forward { .. }) {
                 in_transit += 1;
             }
-            actions.push((index, action));
+            effects.actions.push((index, action));
         }
         let queued = core.counts().queued;
         if shard.queued.load(Ordering::Relaxed) != queued {
@@ -411,8 +492,8 @@ impl Shared {
     }
 
     /// Carries out what schedulers asked for. Forwarded events may ask for more.
-    fn perform(&self, actions: &mut ShardActions, credit: &mut i64) {
-        while let Some((shard, action)) = actions.pop() {
+    fn perform(&self, effects: &mut Effects, credit: &mut i64) {
+        while let Some((shard, action)) = effects.actions.pop() {
             match action {
                 Action::Run { work, .. } => {
                     // Each shard has one executor: the shard's owner.
@@ -424,25 +505,75 @@ impl Shared {
                     handoff.parker.notify();
                 }
                 Action::Forward { event, to } => {
-                    let target = to.0 as usize;
-                    self.session(target, credit, actions, |core| {
-                        core.deliver_or_report(event)
-                    });
-                    // Delivered (or reported): no longer in transit.
+                    if to == OFF_NODE {
+                        effects.remote.push(Outgoing::Event(event));
+                    } else {
+                        self.session(to.0 as usize, credit, effects, |core| {
+                            core.deliver_or_report(event)
+                        });
+                    }
+                    // Delivered, reported or sent away: no longer in transit here.
                     *credit += 1;
                 }
                 Action::ForgetForwards { id, places } => {
-                    for place in places {
-                        self.session(place.0 as usize, credit, actions, |core| {
-                            core.forget_forward(id)
-                        });
-                    }
+                    self.forget_forwards(id, &places, credit, effects)
                 }
                 Action::Undeliverable(undeliverable) => self.report(undeliverable, false),
                 // Quiescence is pool-wide here: `outstanding` tracks it.
                 Action::Quiescent { .. } => {}
             }
         }
+        self.flush(effects);
+    }
+
+    /// Drops the forwarding pointers to a stolen activity that finished.
+    /// [`OFF_NODE`] in its trail means it came from another node, which
+    /// must hear that it finished.
+    fn forget_forwards(
+        &self,
+        id: ActivityId,
+        places: &[Place],
+        credit: &mut i64,
+        effects: &mut Effects,
+    ) {
+        for &place in places {
+            if place == OFF_NODE {
+                self.remote_homes.lock().remove(&id);
+                effects.remote.push(Outgoing::Finished(id));
+            } else {
+                self.session(place.0 as usize, credit, effects, |core| {
+                    core.forget_forward(id)
+                });
+            }
+        }
+    }
+
+    /// Hands what must leave the node to the uplink, in one call.
+    fn flush(&self, effects: &mut Effects) {
+        if effects.remote.is_empty() {
+            return;
+        }
+        let outgoing = std::mem::take(&mut effects.remote);
+        match &self.uplink {
+            Some(uplink) => uplink.send(outgoing),
+            // Only a pool with an uplink has places off its node.
+            None => {
+                for item in outgoing {
+                    if let Outgoing::Event(event) = item {
+                        let reason = UndeliverableReason::NoSuchActivity;
+                        self.report(Undeliverable { event, reason }, true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The shard holding `id`, an activity from another node, if it is here.
+    fn remote_home(&self, id: ActivityId) -> Option<usize> {
+        if self.uplink.is_none() {
+            return None;
+        }
+        self.remote_homes.lock().get(&id).copied()
     }
 
     /// Logs an event that reached no activity. Schedulers count the ones
@@ -455,9 +586,13 @@ impl Shared {
     }
 
     /// Sends an event towards its target's home shard.
-    fn route(&self, event: Event, actions: &mut ShardActions, credit: &mut i64) {
-        match self.home_of(event.target) {
-            Some(home) => self.session(home, credit, actions, |core| core.deliver_or_report(event)),
+    fn route(&self, event: Event, effects: &mut Effects, credit: &mut i64) {
+        let home = (self.home_of(event.target)).or_else(|| self.remote_home(event.target));
+        match home {
+            Some(home) => self.session(home, credit, effects, |core| core.deliver_or_report(event)),
+            None if self.uplink.is_some() && event.target.origin() != self.node => {
+                effects.remote.push(Outgoing::Event(event))
+            }
             None => self.report(
                 Undeliverable {
                     event,
@@ -504,7 +639,7 @@ impl Shared {
         thief: usize,
         context: &ExecutorContext,
         credit: &mut i64,
-        actions: &mut ShardActions,
+        effects: &mut Effects,
     ) -> Option<Work<Boxed>> {
         let shards = self.shards.len();
         for step in 1..shards {
@@ -512,7 +647,7 @@ impl Shared {
             if !self.may_have_work(victim) {
                 continue;
             }
-            let mut stolen = self.session(victim, credit, actions, |core| {
+            let mut stolen = self.session(victim, credit, effects, |core| {
                 core.steal(context, 1, Place(thief as u64))
             });
             if stolen.is_empty() {
@@ -521,7 +656,7 @@ impl Shared {
             for activity in &mut stolen {
                 activity.trail.push(Place(victim as u64));
             }
-            return self.session(thief, credit, actions, |core| {
+            return self.session(thief, credit, effects, |core| {
                 for activity in stolen {
                     let id = activity.id;
                     if let Err(error) = core.accept(0, activity) {
@@ -589,14 +724,14 @@ impl Pool {
         let contexts = activity.context();
         let candidates = || shared.matcher.executors_for(&contexts);
         let count = candidates().count();
-        if count == 0 {
-            return Err(shared
-                .matcher
-                .check(self.address, &contexts, None)
-                .expect_err("no executor matched, so the check refuses"));
-        }
-        let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed) % count;
-        let target = candidates().nth(turn).expect("turn is below count");
+        let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed);
+        let target = if count == 0 {
+            // A networked pool keeps it for executors on other nodes.
+            shared.admission.check(self.address, &contexts, None)?;
+            turn % shared.shards.len()
+        } else {
+            candidates().nth(turn % count).expect("turn is below count")
+        };
         let shard = &shared.shards[target];
         let counter = shard.outside_ids.fetch_add(1, Ordering::Relaxed);
         let id = ActivityId::in_slot(shared.node, outside_slot(target), counter);
@@ -612,7 +747,7 @@ impl Pool {
         shard.inbox_pending.store(true, Ordering::SeqCst);
         // Spinning executors watch inboxes; parked ones must be woken. Pairs
         // with the announce-then-look-again in `wait_for_work`.
-        if shared.claim_idle(target) {
+        if count > 0 && shared.claim_idle(target) {
             shared.handoffs()[target].parker.notify();
         } else {
             shared.wake_idle_for(&contexts, target);
@@ -628,33 +763,241 @@ impl Pool {
         value: T,
     ) -> Result<(), Box<Undeliverable>> {
         let shared = &self.shared;
-        let mut event = Event::new(self.address, target, value);
-        let mut actions = Vec::new();
-        let mut at = shared.home_of(target);
+        let event = Event::new(self.address, target, value);
+        match self.deliver_from_network(event) {
+            Arrival::Delivered => Ok(()),
+            Arrival::Gone(undeliverable) => Err(undeliverable),
+            Arrival::Away(event) | Arrival::Unknown(event)
+                if shared.uplink.is_some() && target.origin() != shared.node =>
+            {
+                shared.flush(&mut Effects {
+                    remote: vec![Outgoing::Event(event)],
+                    ..Effects::default()
+                });
+                Ok(())
+            }
+            Arrival::Away(event) => {
+                // Moved off the node: only the uplink knows where.
+                shared.flush(&mut Effects {
+                    remote: vec![Outgoing::Event(event)],
+                    ..Effects::default()
+                });
+                Ok(())
+            }
+            Arrival::Unknown(event) => {
+                shared.undeliverable.fetch_add(1, Ordering::Relaxed);
+                Err(Box::new(Undeliverable {
+                    event,
+                    reason: UndeliverableReason::NoSuchActivity,
+                }))
+            }
+        }
+    }
+
+    /// Delivers an event to an activity on this node, following forwarding
+    /// pointers between executors. For network drivers, and for
+    /// [`send`](Self::send).
+    pub fn deliver_from_network(&self, mut event: Event) -> Arrival {
+        let shared = &self.shared;
+        let mut effects = Effects::default();
+        let mut at = (shared.home_of(event.target)).or_else(|| shared.remote_home(event.target));
         // The event counts as outstanding work until it is delivered, and
         // pays for the activity it readies.
         shared.add_outstanding(1);
         let mut credit = 1;
-        let outcome = loop {
+        let arrival = loop {
             let Some(shard) = at else {
-                shared.undeliverable.fetch_add(1, Ordering::Relaxed);
-                break Err(Box::new(Undeliverable {
-                    event,
-                    reason: UndeliverableReason::NoSuchActivity,
-                }));
+                break Arrival::Unknown(event);
             };
-            match shared.session(shard, &mut credit, &mut actions, |core| core.deliver(event)) {
-                Ok(()) => break Ok(()),
+            match shared.session(shard, &mut credit, &mut effects, |core| core.deliver(event)) {
+                Ok(()) => break Arrival::Delivered,
+                Err(DeliveryError::Moved { event: moved, to }) if to == OFF_NODE => {
+                    break Arrival::Away(moved)
+                }
                 Err(DeliveryError::Moved { event: moved, to }) => {
                     event = moved;
                     at = Some(to.0 as usize);
                 }
-                Err(DeliveryError::Undeliverable(undeliverable)) => break Err(undeliverable),
+                Err(DeliveryError::Undeliverable(undeliverable)) => {
+                    break Arrival::Gone(undeliverable)
+                }
             }
         };
-        shared.perform(&mut actions, &mut credit);
+        shared.perform(&mut effects, &mut credit);
         shared.settle(&mut credit);
-        outcome
+        arrival
+    }
+
+    /// The executors of this pool that are asleep for want of work, for a
+    /// network driver deciding what to steal from other nodes.
+    pub fn idle_executors(&self) -> Vec<usize> {
+        let handoffs = self.shared.handoffs();
+        (0..handoffs.len())
+            .filter(|&index| handoffs[index].idle.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// What executor `index` offers; `None` past the last executor.
+    pub fn executor_context(&self, index: usize) -> Option<&ExecutorContext> {
+        self.shared.contexts.get(index)
+    }
+
+    /// What all executors offer, in index order.
+    pub fn executor_contexts(&self) -> &[ExecutorContext] {
+        &self.shared.contexts
+    }
+
+    /// Never-started activities waiting on this node.
+    pub fn queued(&self) -> usize {
+        (self.shared.shards.iter())
+            .map(|shard| shard.queued.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Takes up to `max` never-started activities that `thief` could run
+    /// and that may leave this node, for an executor on another node.
+    ///
+    /// Each keeps a forwarding pointer ([`OFF_NODE`]) on the shard it left;
+    /// its trail ends with that shard. Exported activities still count as
+    /// this pool's work, so [`done`](Self::done) waits for them, until the
+    /// driver calls [`exported_finished`](Self::exported_finished).
+    pub fn export(&self, thief: &ExecutorContext, max: usize) -> Vec<Stolen<Boxed>> {
+        let shared = &self.shared;
+        let mut effects = Effects::default();
+        let mut credit = 0;
+        let mut loot = Vec::new();
+        let shards = shared.shards.len();
+        let start = shared.round_robin.fetch_add(1, Ordering::Relaxed);
+        for step in 0..shards {
+            if loot.len() >= max {
+                break;
+            }
+            let victim = (start + step) % shards;
+            if !shared.may_have_work(victim) {
+                continue;
+            }
+            let wanted = max - loot.len();
+            let mut stolen = shared.session(victim, &mut credit, &mut effects, |core| {
+                core.steal_off_node(thief, wanted, OFF_NODE)
+            });
+            for activity in &mut stolen {
+                activity.trail.push(Place(victim as u64));
+            }
+            loot.extend(stolen);
+        }
+        credit -= loot.len() as i64;
+        shared.perform(&mut effects, &mut credit);
+        shared.settle(&mut credit);
+        loot
+    }
+
+    /// An activity [`export`](Self::export)ed from here finished elsewhere,
+    /// or is given up: drops the forwarding pointers in its `trail` (telling
+    /// the uplink, if the trail says it came from another node) and stops
+    /// counting it as outstanding.
+    pub fn exported_finished(&self, id: ActivityId, trail: &[Place]) {
+        let shared = &self.shared;
+        let mut effects = Effects::default();
+        let mut credit = 1;
+        shared.forget_forwards(id, trail, &mut credit, &mut effects);
+        shared.perform(&mut effects, &mut credit);
+        shared.settle(&mut credit);
+    }
+
+    /// Takes back an activity [`export`](Self::export)ed from here that did
+    /// not stay away (its thief died or returned it, or it could not be
+    /// sent): queues it again, drops the pointers its old `trail` (as
+    /// `export` returned it) left behind, and stops counting the export.
+    pub fn reclaim(&self, mut stolen: Stolen<Boxed>, trail: &[Place]) -> Result<(), SubmitError> {
+        let shared = &self.shared;
+        let id = stolen.id;
+        let home = shared.home_of(id).map(|home| Place(home as u64));
+        stolen.trail = if trail.contains(&OFF_NODE) {
+            vec![OFF_NODE]
+        } else {
+            Vec::new()
+        };
+        // Queued first, so the count cannot touch zero in between.
+        let imported = self.import(stolen);
+        let mut effects = Effects::default();
+        let mut credit = 1;
+        for &place in trail {
+            if place != OFF_NODE && Some(place) != home {
+                shared.session(place.0 as usize, &mut credit, &mut effects, |core| {
+                    core.forget_forward(id)
+                });
+            }
+        }
+        if imported.is_err() {
+            if let Some(home) = home {
+                shared.session(home.0 as usize, &mut credit, &mut effects, |core| {
+                    core.forget_forward(id)
+                });
+            }
+        }
+        shared.perform(&mut effects, &mut credit);
+        shared.settle(&mut credit);
+        imported
+    }
+
+    /// Takes in an activity from another node, or one queued again after
+    /// the node it went to died. It goes to an executor that can run it,
+    /// an idle one if there is one; a networked pool keeps work none of its
+    /// executors can run until another node steals it. Its `trail` should
+    /// hold [`OFF_NODE`] if another node waits to hear that it finished.
+    pub fn import(&self, mut stolen: Stolen<Boxed>) -> Result<(), SubmitError> {
+        let shared = &self.shared;
+        let handoffs = shared.handoffs();
+        let contexts = stolen.contexts.clone();
+        let target = shared
+            .matcher
+            .executors_for(&contexts)
+            .find(|&e| handoffs[e].idle.load(Ordering::Relaxed))
+            .or_else(|| {
+                let count = shared.matcher.executors_for(&contexts).count();
+                let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed);
+                match count {
+                    0 => (shared.uplink.is_some()).then_some(turn % shared.shards.len()),
+                    _ => shared.matcher.executors_for(&contexts).nth(turn % count),
+                }
+            });
+        let Some(target) = target else {
+            return Err(shared
+                .matcher
+                .check(stolen.id, &contexts, None)
+                .expect_err("no executor matched, so the check refuses"));
+        };
+        let id = stolen.id;
+        match shared.home_of(id) {
+            // Back home after its thief died: the home shard's pointer,
+            // which said "off the node", must lead here instead.
+            Some(home) if home != target => {
+                stolen.trail.push(Place(home as u64));
+                let mut effects = Effects::default();
+                let mut credit = 0;
+                shared.session(home, &mut credit, &mut effects, |core| {
+                    core.redirect_forward(id, Place(target as u64))
+                });
+                shared.perform(&mut effects, &mut credit);
+                shared.settle(&mut credit);
+            }
+            Some(_) => {}
+            None => {
+                shared.remote_homes.lock().insert(id, target);
+            }
+        }
+        let mut effects = Effects::default();
+        let mut credit = 0;
+        let accepted = shared.session(target, &mut credit, &mut effects, |core| {
+            core.accept(0, stolen)
+        });
+        if accepted.is_err() && shared.home_of(id).is_none() {
+            shared.remote_homes.lock().remove(&id);
+        }
+        shared.perform(&mut effects, &mut credit);
+        shared.settle(&mut credit);
+        shared.wake_idle_for(&contexts, target);
+        accepted
     }
 
     /// The schedulers' counts right now, summed over executors.
@@ -662,17 +1005,21 @@ impl Pool {
         self.shared.counts()
     }
 
+    /// Waits until nothing is queued, running or ready, and no event is in
+    /// transit: the moment [`done`](Self::done) would stop the executors.
+    pub fn wait_quiescent(&self) {
+        let mut guard = self.shared.quiescence.lock();
+        while self.shared.outstanding.load(Ordering::SeqCst) != 0 {
+            self.shared.quiescent.wait(&mut guard);
+        }
+    }
+
     /// Waits until all work is finished, then stops the executors.
     ///
     /// If activities remain that wait for events no running activity can
     /// send, waiting longer cannot help: the pool stops and reports them.
     pub fn done(mut self) -> Result<RunSummary, DoneError> {
-        {
-            let mut guard = self.shared.quiescence.lock();
-            while self.shared.outstanding.load(Ordering::SeqCst) != 0 {
-                self.shared.quiescent.wait(&mut guard);
-            }
-        }
+        self.wait_quiescent();
         let counts = self.shared.counts();
         let examples: Vec<ActivityId> = self
             .shared
@@ -728,7 +1075,7 @@ fn executor_main(
 ) -> Vec<TraceRecord> {
     let mut ids = IdIssuer::new(shared.node, own_slot(index));
     let mut outbox = Outbox::default();
-    let mut actions = Vec::new();
+    let mut effects = Effects::default();
     let mut away = Vec::new();
     let mut children: Vec<ContextList> = Vec::new();
     let mut finished: Option<FinishedCall> = None;
@@ -748,7 +1095,7 @@ fn executor_main(
         // Work handed over while this executor was busy comes first.
         let handed = shared.handoffs()[index].mailbox.lock().pop_front();
         let mut credit = 0;
-        let work = shared.session(index, &mut credit, &mut actions, |core| {
+        let work = shared.session(index, &mut credit, &mut effects, |core| {
             for submission in outbox.submitted.drain(..) {
                 let id = submission.id;
                 // `ActivityCx::submit` already refused unmatchable work, so
@@ -776,9 +1123,9 @@ fn executor_main(
             core.next_work(0)
         });
         for event in away.drain(..) {
-            shared.route(event, &mut actions, &mut credit);
+            shared.route(event, &mut effects, &mut credit);
         }
-        shared.perform(&mut actions, &mut credit);
+        shared.perform(&mut effects, &mut credit);
         shared.settle(&mut credit);
         // Only now, with the children visible to thieves: an executor that
         // announced itself idle before this point is woken here, and one that
@@ -790,7 +1137,7 @@ fn executor_main(
         }
         let work = match work {
             Some(work) => work,
-            None => match wait_for_work(&shared, index, &context, &mut actions) {
+            None => match wait_for_work(&shared, index, &context, &mut effects) {
                 Found::Work(work) => work,
                 Found::OwnInbox => continue,
                 Found::Shutdown => return trace,
@@ -828,7 +1175,7 @@ fn wait_for_work(
     shared: &Shared,
     index: usize,
     context: &ExecutorContext,
-    actions: &mut ShardActions,
+    effects: &mut Effects,
 ) -> Found {
     let handoff = &shared.handoffs()[index];
     let own = &shared.shards[index];
@@ -841,8 +1188,8 @@ fn wait_for_work(
             break Found::OwnInbox;
         }
         let mut credit = 0;
-        let stolen = shared.steal_for(index, context, &mut credit, actions);
-        shared.perform(actions, &mut credit);
+        let stolen = shared.steal_for(index, context, &mut credit, effects);
+        shared.perform(effects, &mut credit);
         shared.settle(&mut credit);
         if let Some(work) = stolen {
             break Found::Work(work);
@@ -879,6 +1226,9 @@ fn wait_for_work(
             handoff.idle.store(true, Ordering::SeqCst);
             shared.idle_count.fetch_add(1, Ordering::SeqCst);
             announced = true;
+            if let Some(uplink) = &shared.uplink {
+                uplink.idle();
+            }
         }
     };
     if announced {
@@ -912,7 +1262,7 @@ fn run_call(
         context,
         resources,
         ids,
-        &shared.matcher,
+        &shared.admission,
         outbox,
     );
     let result = catch_unwind(AssertUnwindSafe(|| {

@@ -1,0 +1,1239 @@
+//! The driver thread: a libp2p swarm on a single-threaded tokio runtime,
+//! between the local pool and the other members.
+//!
+//! Executor threads reach it through [`ChannelUplink`]; everything the
+//! driver learns from the network it hands to the pool through the pool's
+//! driver API (`export`, `import`, `deliver_from_network`, ...).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport, ResponseChannel};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{identify, identity, ping, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::mpsc;
+
+use super::codec::{FrameCodec, PROTOCOL};
+use super::message::{Member, Notice, Request, Response, StealRequest, WireActivity, WireEvent};
+use super::steal::{Candidate, Strategy, Throttle};
+use super::{MemberView, Node, NodeConfig, NodeError, Shared};
+use crate::context::ExecutorContext;
+use crate::core::{Place, Stolen};
+use crate::event::{Event, Payload};
+use crate::id::{ActivityId, NodeId};
+use crate::local::{Arrival, Outgoing, Pool, PoolBuilder, Uplink, OFF_NODE};
+use crate::wire::{decode_activity, encode_activity};
+
+/// What the driver counts; [`Node::stats`] returns a copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Steal requests sent.
+    pub steal_requests: u64,
+    /// Steal replies that carried no work.
+    pub empty_replies: u64,
+    /// Activities taken in from other nodes.
+    pub imported: u64,
+    /// Activities handed to other nodes.
+    pub exported: u64,
+    /// Events sent to other nodes (forwarded ones included).
+    pub events_sent: u64,
+    /// Events received from other nodes.
+    pub events_received: u64,
+    /// Events that reached no activity; each was logged.
+    pub undeliverable: u64,
+    /// Activities queued again because the node running them died.
+    pub requeued: u64,
+    /// Activities given up.
+    pub lost: u64,
+    /// Members declared dead.
+    pub dead_members: u64,
+    /// Connections or frames refused: wrong key, garbage, oversized frames.
+    pub refused: u64,
+}
+
+/// What executor threads and the node handle ask of the driver.
+pub(crate) enum Command {
+    /// Things for other nodes, from one executor call.
+    Outgoing(Vec<Outgoing>),
+    /// An executor went to sleep for want of work.
+    Idle,
+    /// Ask other nodes for no more work: this node is finishing.
+    StopStealing,
+    /// Leave the pool and stop.
+    Leave,
+}
+
+/// The pool's [`Uplink`]: a channel into the driver.
+struct ChannelUplink {
+    commands: mpsc::UnboundedSender<Command>,
+    /// Coalesces idle notices: one is enough until the driver looks.
+    idle_pending: Arc<AtomicBool>,
+}
+
+impl Uplink for ChannelUplink {
+    fn send(&self, outgoing: Vec<Outgoing>) {
+        // A closed channel means the node is stopping; nothing can leave now.
+        let _ = self.commands.send(Command::Outgoing(outgoing));
+    }
+
+    fn idle(&self) {
+        if !self.idle_pending.swap(true, Ordering::SeqCst) {
+            let _ = self.commands.send(Command::Idle);
+        }
+    }
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    rpc: request_response::Behaviour<FrameCodec>,
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+}
+
+/// Starts the pool and the driver thread; returns once the node listens.
+pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, NodeError> {
+    if !super::transport::is_loopback(&config.listen) && config.key.is_none() {
+        return Err(NodeError::KeyRequired(config.listen.clone()));
+    }
+    let (commands, inbox) = mpsc::unbounded_channel();
+    let idle_pending = Arc::new(AtomicBool::new(false));
+    let uplink = Arc::new(ChannelUplink {
+        commands: commands.clone(),
+        idle_pending: idle_pending.clone(),
+    });
+    let pool = Arc::new(builder.start_with_uplink(uplink)?);
+    let keypair = identity::Keypair::generate_ed25519();
+    let peer = keypair.public().to_peer_id();
+    let shared = Arc::new(Shared {
+        members: Mutex::new(Vec::new()),
+        stats: Mutex::new(NetStats::default()),
+        lost: Mutex::new(Vec::new()),
+        master_seen: Mutex::new((false, false)),
+        changed: parking_lot::Condvar::new(),
+    });
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = {
+        let pool = pool.clone();
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("constellation-net".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(NodeError::Transport(error.to_string())));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let driver =
+                        match Driver::new(config, keypair, pool, shared, idle_pending).await {
+                            Ok(driver) => driver,
+                            Err(error) => {
+                                let _ = ready_tx.send(Err(error));
+                                return;
+                            }
+                        };
+                    let _ = ready_tx.send(Ok(driver.listening()));
+                    driver.run(inbox).await;
+                })
+            })
+            .map_err(|error| NodeError::Transport(error.to_string()))?
+    };
+    let listening = ready_rx
+        .recv()
+        .map_err(|_| NodeError::Transport("the network driver thread ended".into()))??;
+    Ok(Node {
+        pool: Some(pool),
+        commands,
+        thread: Some(thread),
+        shared,
+        peer,
+        listening,
+    })
+}
+
+/// A known member.
+struct MemberState {
+    info: Member,
+    peer: PeerId,
+    /// Since when it has been unreachable, if it is.
+    unreachable_since: Option<Instant>,
+    /// It said it leaves: no more stealing from it.
+    leaving: bool,
+}
+
+/// An activity this node handed to another, kept until it finishes there.
+struct Export {
+    thief: NodeId,
+    copy: WireActivity,
+    /// Where pointers to it are kept on this node, as `Pool::export` said.
+    trail: Vec<Place>,
+    restartable: bool,
+}
+
+/// An activity this node took in, and whom to tell when it finishes.
+struct Import {
+    exporter: NodeId,
+}
+
+struct Driver {
+    config: NodeConfig,
+    swarm: Swarm<Behaviour>,
+    pool: Arc<Pool>,
+    shared: Arc<Shared>,
+    idle_pending: Arc<AtomicBool>,
+    me: Member,
+    node: NodeId,
+    members: HashMap<NodeId, MemberState>,
+    by_peer: HashMap<PeerId, NodeId>,
+    exports: HashMap<ActivityId, Export>,
+    imports: HashMap<ActivityId, Import>,
+    /// Attempts of activities here that were handed out before.
+    attempts: HashMap<ActivityId, u32>,
+    /// Where activities that left this node, or that originated here, are now.
+    location: HashMap<ActivityId, NodeId>,
+    /// Events that came before their activity.
+    early: HashMap<ActivityId, (Instant, Vec<Event>)>,
+    /// Steal state per distinct executor context.
+    throttles: HashMap<ExecutorContext, Throttle>,
+    steals: HashMap<OutboundRequestId, (ExecutorContext, Candidate<NodeId>)>,
+    /// Notices waiting to go out, per destination.
+    outbox: HashMap<NodeId, Vec<Notice>>,
+    rng: StdRng,
+    stats: NetStats,
+    /// Whether idle executors may ask other nodes for work.
+    stealing: bool,
+    leaving: bool,
+}
+
+impl Driver {
+    async fn new(
+        config: NodeConfig,
+        keypair: identity::Keypair,
+        pool: Arc<Pool>,
+        shared: Arc<Shared>,
+        idle_pending: Arc<AtomicBool>,
+    ) -> Result<Driver, NodeError> {
+        let psk = config.key.as_ref().map(|key| key.psk());
+        let max_frame = config.max_frame;
+        let transport_error =
+            |error: &dyn std::fmt::Display| NodeError::Transport(error.to_string());
+        let transport =
+            super::transport::build_transport(&keypair, psk).map_err(|e| transport_error(&e))?;
+        let mut swarm = SwarmBuilder::with_existing_identity(keypair)
+            .with_tokio()
+            .with_other_transport(|_| transport)
+            .map_err(|e| transport_error(&e))?
+            .with_behaviour(|keypair| Behaviour {
+                rpc: request_response::Behaviour::with_codec(
+                    FrameCodec::new(max_frame),
+                    [(StreamProtocol::new(PROTOCOL), ProtocolSupport::Full)],
+                    request_response::Config::default()
+                        .with_request_timeout(Duration::from_secs(60))
+                        .with_max_concurrent_streams(1024),
+                ),
+                identify: identify::Behaviour::new(identify::Config::new(
+                    PROTOCOL.to_string(),
+                    keypair.public(),
+                )),
+                ping: ping::Behaviour::new(
+                    ping::Config::new()
+                        .with_interval(Duration::from_secs(1))
+                        .with_timeout(Duration::from_secs(2)),
+                ),
+            })
+            .map_err(|e| transport_error(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+            .build();
+        swarm
+            .listen_on(config.listen.clone())
+            .map_err(|e| transport_error(&e))?;
+        // Wait for the listener's real address (the OS picks the port).
+        let mut addrs = Vec::new();
+        while addrs.is_empty() {
+            match swarm.select_next_some().await {
+                SwarmEvent::NewListenAddr { address, .. } => addrs.push(address),
+                SwarmEvent::ListenerError { error, .. } => return Err(transport_error(&error)),
+                SwarmEvent::ListenerClosed {
+                    reason: Err(error), ..
+                } => return Err(transport_error(&error)),
+                _ => {}
+            }
+        }
+        let node = pool.node();
+        let me = Member {
+            node,
+            peer: swarm.local_peer_id().to_string(),
+            addrs: addrs.iter().map(ToString::to_string).collect(),
+            site: config.site.clone(),
+            steal_pool: config.steal_pool.clone(),
+            master: config.master,
+            executors: pool.executor_contexts().to_vec(),
+        };
+        for address in &config.bootstrap {
+            if let Err(error) = swarm.dial(address.clone()) {
+                tracing::warn!(%address, %error, "cannot dial bootstrap address");
+            }
+        }
+        if let Some(key) = &config.key {
+            tracing::info!(fingerprint = %key.fingerprint(), "pool key in use");
+        }
+        Ok(Driver {
+            config,
+            swarm,
+            pool,
+            shared,
+            idle_pending,
+            me,
+            node,
+            members: HashMap::new(),
+            by_peer: HashMap::new(),
+            exports: HashMap::new(),
+            imports: HashMap::new(),
+            attempts: HashMap::new(),
+            location: HashMap::new(),
+            early: HashMap::new(),
+            throttles: HashMap::new(),
+            steals: HashMap::new(),
+            outbox: HashMap::new(),
+            rng: StdRng::from_entropy(),
+            stats: NetStats::default(),
+            stealing: true,
+            leaving: false,
+        })
+    }
+
+    fn listening(&self) -> Vec<Multiaddr> {
+        let peer = *self.swarm.local_peer_id();
+        (self.me.addrs.iter())
+            .filter_map(|a| a.parse::<Multiaddr>().ok())
+            .map(|a| a.with(Protocol::P2p(peer)))
+            .collect()
+    }
+
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
+        let mut housekeeping = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            let retry = self.next_retry();
+            tokio::select! {
+                event = self.swarm.select_next_some() => self.on_swarm_event(event),
+                command = inbox.recv() => match command {
+                    Some(Command::Leave) | None => break,
+                    Some(command) => {
+                        self.on_command(command);
+                        // Take whatever else is waiting, so notices batch.
+                        while let Ok(command) = inbox.try_recv() {
+                            if matches!(command, Command::Leave) {
+                                self.leave().await;
+                                return;
+                            }
+                            self.on_command(command);
+                        }
+                    }
+                },
+                _ = sleep_until(retry) => self.try_steal(),
+                _ = housekeeping.tick() => self.housekeeping(),
+            }
+            self.flush();
+        }
+        self.leave().await;
+    }
+
+    fn next_retry(&self) -> Option<Instant> {
+        self.throttles.values().filter_map(Throttle::retry_at).min()
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Outgoing(items) => {
+                for item in items {
+                    match item {
+                        Outgoing::Event(event) => self.route(event),
+                        Outgoing::Finished(id) => self.finished_here(id),
+                    }
+                }
+            }
+            Command::Idle => {
+                self.idle_pending.store(false, Ordering::SeqCst);
+                self.try_steal();
+            }
+            Command::StopStealing => self.stealing = false,
+            Command::Leave => {}
+        }
+    }
+
+    // ----- membership -------------------------------------------------
+
+    fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::ConnectionEstablished {
+                peer_id, endpoint, ..
+            } => {
+                if let Some(node) = self.by_peer.get(&peer_id) {
+                    if let Some(member) = self.members.get_mut(node) {
+                        member.unreachable_since = None;
+                    }
+                }
+                if endpoint.is_dialer() {
+                    self.request(peer_id, Request::Hello(self.me.clone()));
+                }
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                num_established: 0,
+                cause,
+                ..
+            } => {
+                if let Some(node) = self.by_peer.get(&peer_id).copied() {
+                    tracing::debug!(%node, ?cause, "lost the connection to a member");
+                    self.unreachable(node);
+                    // Try to get it back before the timeout declares it dead.
+                    if let Some(member) = self.members.get(&node) {
+                        let addrs: Vec<Multiaddr> = member
+                            .info
+                            .addrs
+                            .iter()
+                            .filter_map(|a| a.parse().ok())
+                            .collect();
+                        if !member.leaving {
+                            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer_id)
+                                .addresses(addrs)
+                                .build();
+                            let _ = self.swarm.dial(opts);
+                        }
+                    }
+                }
+            }
+            SwarmEvent::IncomingConnectionError {
+                send_back_addr,
+                error,
+                ..
+            } => {
+                self.stats.refused += 1;
+                tracing::warn!(from = %send_back_addr, %error, "refused a connection (wrong pool key, or not a constellation node?)");
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                tracing::warn!(?peer_id, %error, "could not connect");
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event { peer, result, .. })) => {
+                if let Some(node) = self.by_peer.get(&peer).copied() {
+                    match result {
+                        Ok(_) => {
+                            if let Some(member) = self.members.get_mut(&node) {
+                                member.unreachable_since = None;
+                            }
+                        }
+                        Err(_) => self.unreachable(node),
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Rpc(event)) => self.on_rpc(event),
+            _ => {}
+        }
+    }
+
+    fn unreachable(&mut self, node: NodeId) {
+        if let Some(member) = self.members.get_mut(&node) {
+            member.unreachable_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn learn(&mut self, info: Member) {
+        if info.node == self.node {
+            return;
+        }
+        let Ok(peer) = info.peer.parse::<PeerId>() else {
+            tracing::warn!(peer = %info.peer, "a member sent an unreadable peer id");
+            return;
+        };
+        if self.members.contains_key(&info.node) {
+            return;
+        }
+        let connected = self.swarm.is_connected(&peer);
+        if !connected {
+            let addrs: Vec<Multiaddr> = info.addrs.iter().filter_map(|a| a.parse().ok()).collect();
+            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
+                .addresses(addrs)
+                .build();
+            if let Err(error) = self.swarm.dial(opts) {
+                tracing::warn!(node = %info.node, %error, "cannot dial a member");
+            }
+        }
+        tracing::debug!(node = %info.node, site = ?info.site, "member joined");
+        self.by_peer.insert(peer, info.node);
+        self.members.insert(
+            info.node,
+            MemberState {
+                info,
+                peer,
+                unreachable_since: None,
+                leaving: false,
+            },
+        );
+        self.publish_members();
+        // A new member may have work for executors that wait.
+        self.try_steal();
+    }
+
+    fn publish_members(&self) {
+        let views: Vec<MemberView> = (self.members.values())
+            .filter(|m| !m.leaving)
+            .map(|m| MemberView {
+                node: m.info.node,
+                peer: m.peer,
+                site: m.info.site.clone(),
+                master: m.info.master,
+                executors: m.info.executors.clone(),
+            })
+            .collect();
+        let master_present = views.iter().any(|m| m.master);
+        let mut members = self.shared.members.lock();
+        *members = views;
+        {
+            let mut master = self.shared.master_seen.lock();
+            master.0 |= master_present;
+            master.1 = master_present;
+        }
+        *self.shared.stats.lock() = self.stats.clone();
+        self.shared.changed.notify_all();
+    }
+
+    /// Removes a member that left or died; what it held for this node is
+    /// queued again, or given up.
+    fn remove_member(&mut self, node: NodeId, died: bool) {
+        let Some(member) = self.members.remove(&node) else {
+            return;
+        };
+        self.by_peer.remove(&member.peer);
+        if died {
+            self.stats.dead_members += 1;
+            tracing::warn!(%node, "member declared dead");
+        } else {
+            tracing::info!(%node, "member left");
+        }
+        let orphans: Vec<ActivityId> = (self.exports.iter())
+            .filter(|(_, export)| export.thief == node)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in orphans {
+            let export = self.exports.remove(&id).expect("listed above");
+            self.requeue(id, export);
+        }
+        self.outbox.remove(&node);
+        let stale: Vec<_> = (self.steals.iter())
+            .filter(|(_, (_, victim))| victim.peer == node)
+            .map(|(request, _)| *request)
+            .collect();
+        for request in stale {
+            if let Some((context, _)) = self.steals.remove(&request) {
+                if let Some(throttle) = self.throttles.get_mut(&context) {
+                    throttle.abandon();
+                }
+            }
+        }
+        self.publish_members();
+    }
+
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        let timeout = self.config.failure_timeout;
+        let gone: Vec<(NodeId, bool)> = (self.members.values())
+            .filter(|m| {
+                m.unreachable_since
+                    .is_some_and(|since| now - since >= timeout)
+            })
+            .map(|m| (m.info.node, !m.leaving))
+            .collect();
+        for (node, died) in gone {
+            self.remove_member(node, died);
+        }
+        let wait = self.config.early_event_wait;
+        let expired: Vec<ActivityId> = (self.early.iter())
+            .filter(|(_, (since, _))| now - *since >= wait)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let (_, events) = self.early.remove(&id).expect("listed above");
+            for event in events {
+                self.undeliverable(event, "its activity never arrived here");
+            }
+        }
+        *self.shared.stats.lock() = self.stats.clone();
+        // Idle executors whose notice found nothing to steal then.
+        self.try_steal();
+    }
+
+    // ----- requests -----------------------------------------------------
+
+    fn request(&mut self, peer: PeerId, request: Request) -> OutboundRequestId {
+        self.swarm.behaviour_mut().rpc.send_request(&peer, request)
+    }
+
+    fn respond(&mut self, channel: ResponseChannel<Response>, response: Response) {
+        if self
+            .swarm
+            .behaviour_mut()
+            .rpc
+            .send_response(channel, response)
+            .is_err()
+        {
+            tracing::debug!("a peer went away before its answer");
+        }
+    }
+
+    fn on_rpc(&mut self, event: request_response::Event<Request, Response>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request, channel, ..
+                } => self.on_request(peer, request, channel),
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => self.on_response(peer, request_id, response),
+            },
+            request_response::Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                tracing::debug!(%peer, %error, "request failed");
+                if let Some((context, victim)) = self.steals.remove(&request_id) {
+                    let round = self.steal_round(&context);
+                    if let Some(throttle) = self.throttles.get_mut(&context) {
+                        throttle.replied(&victim, 0, round, Instant::now());
+                    }
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                // A frame we could not read: garbage, too large, or a codec
+                // mismatch. The peer is cut off; this node carries on.
+                if matches!(error, request_response::InboundFailure::Io(_)) {
+                    self.stats.refused += 1;
+                    tracing::warn!(%peer, %error, "refused a malformed or oversized frame; disconnecting the peer");
+                    let _ = self.swarm.disconnect_peer_id(peer);
+                } else {
+                    tracing::debug!(%peer, %error, "inbound request failed");
+                }
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn on_request(&mut self, peer: PeerId, request: Request, channel: ResponseChannel<Response>) {
+        let known = self.by_peer.get(&peer).copied();
+        match request {
+            Request::Hello(member) => {
+                let members = (self.members.values()).map(|m| m.info.clone()).collect();
+                let member_peer = member.peer.clone();
+                if member_peer != peer.to_string() {
+                    self.respond(
+                        channel,
+                        Response::Refused("hello from a different peer id".into()),
+                    );
+                    return;
+                }
+                self.learn(member);
+                let me = self.me.clone();
+                self.respond(channel, Response::Welcome { me, members });
+            }
+            _ if known.is_none() => {
+                self.respond(channel, Response::Refused("say hello first".into()));
+            }
+            Request::Steal(steal) => {
+                let thief = known.expect("checked");
+                let loot = self.export(thief, &steal);
+                self.respond(channel, Response::Loot(loot));
+            }
+            Request::Deliver(notices) => {
+                let from = known.expect("checked");
+                self.respond(channel, Response::Ack);
+                for notice in notices {
+                    self.on_notice(from, notice);
+                }
+            }
+            Request::Leave => {
+                let node = known.expect("checked");
+                self.respond(channel, Response::Ack);
+                if let Some(member) = self.members.get_mut(&node) {
+                    // Its last notices may still be on their way: what it
+                    // holds is queued again only if it stays silent for
+                    // the failure timeout, as for a death.
+                    member.leaving = true;
+                    member.unreachable_since = Some(Instant::now());
+                }
+                self.publish_members();
+            }
+        }
+    }
+
+    fn on_response(&mut self, peer: PeerId, request: OutboundRequestId, response: Response) {
+        match response {
+            Response::Welcome { me, members } => {
+                self.learn(me);
+                for member in members {
+                    self.learn(member);
+                }
+            }
+            Response::Loot(loot) => {
+                let Some((context, victim)) = self.steals.remove(&request) else {
+                    return;
+                };
+                let taken = loot.len();
+                if taken == 0 {
+                    self.stats.empty_replies += 1;
+                }
+                let exporter = victim.peer;
+                for activity in loot {
+                    if self.leaving {
+                        // Too late to run it here: straight back.
+                        self.notify(exporter, Notice::Declined(activity.id));
+                    } else {
+                        self.import(exporter, activity);
+                    }
+                }
+                let round = self.steal_round(&context);
+                if let Some(throttle) = self.throttles.get_mut(&context) {
+                    throttle.replied(&victim, taken, round, Instant::now());
+                }
+                self.try_steal();
+            }
+            Response::Ack => {}
+            Response::Refused(reason) => {
+                tracing::warn!(%peer, %reason, "a member refused a request");
+                if let Some((context, _)) = self.steals.remove(&request) {
+                    if let Some(throttle) = self.throttles.get_mut(&context) {
+                        throttle.abandon();
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- stealing ---------------------------------------------------
+
+    fn candidates(&self) -> Vec<Candidate<NodeId>> {
+        (self.members.values())
+            .filter(|m| m.unreachable_since.is_none() && !m.leaving)
+            .filter(|m| m.info.steal_pool == self.config.steal_from)
+            .map(|m| Candidate {
+                peer: m.info.node,
+                same_site: self.config.site.is_some() && m.info.site == self.config.site,
+                master: m.info.master,
+            })
+            .collect()
+    }
+
+    /// How many victims a full round of empty replies takes.
+    fn steal_round(&self, _context: &ExecutorContext) -> usize {
+        let candidates = self.candidates();
+        match self.config.strategy {
+            Strategy::MasterWorker => 1,
+            _ => candidates.len(),
+        }
+    }
+
+    /// Asks other nodes for work for every idle executor context that may ask now.
+    fn try_steal(&mut self) {
+        if !self.stealing
+            || self.leaving
+            || (self.config.strategy == Strategy::MasterWorker && self.config.master)
+        {
+            return;
+        }
+        let idle = self.pool.idle_executors();
+        if idle.is_empty() {
+            return;
+        }
+        let candidates = self.candidates();
+        if candidates.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        // Each distinct context, with how many idle executors offer it.
+        let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
+        for executor in idle {
+            if let Some(context) = self.pool.executor_context(executor) {
+                match contexts.iter_mut().find(|(c, _)| c == context) {
+                    Some((_, count)) => *count += 1,
+                    None => contexts.push((context.clone(), 1)),
+                }
+            }
+        }
+        for (context, idle) in contexts {
+            let throttle = self.throttles.entry(context.clone()).or_default();
+            if !throttle.may_steal(now) {
+                continue;
+            }
+            let Some(victim) = throttle.choose(self.config.strategy, &candidates, &mut self.rng)
+            else {
+                continue;
+            };
+            let Some(peer) = self.members.get(&victim.peer).map(|m| m.peer) else {
+                throttle.abandon();
+                continue;
+            };
+            // Across sites, take only what the idle executors can start
+            // now: work stays on its site while that site has some, and a
+            // site that ran dry for a moment does not carry off a big batch.
+            let max = match self.config.strategy {
+                Strategy::Hierarchical if !victim.same_site => idle,
+                _ => self.config.max_steal,
+            };
+            let request = Request::Steal(StealRequest {
+                thief: context.clone(),
+                steal_from: self.config.steal_from.clone(),
+                max: max.min(u32::MAX as usize) as u32,
+            });
+            let id = self.request(peer, request);
+            self.stats.steal_requests += 1;
+            self.steals.insert(id, (context, victim));
+        }
+    }
+
+    /// Answers a steal request: up to half of the queued work, at most
+    /// what the thief and this node allow.
+    fn export(&mut self, thief: NodeId, steal: &StealRequest) -> Vec<WireActivity> {
+        if steal.steal_from != self.config.steal_pool || self.leaving {
+            return Vec::new();
+        }
+        let queued = self.pool.queued();
+        if queued == 0 {
+            return Vec::new();
+        }
+        let max = (steal.max as usize)
+            .min(self.config.max_steal)
+            .min(queued.div_ceil(2))
+            .max(1);
+        let stolen = self.pool.export(&steal.thief, max);
+        let mut loot = Vec::with_capacity(stolen.len());
+        let mut bytes = 0usize;
+        for activity in stolen {
+            let id = activity.id;
+            let encoded = encode_activity(&*activity.body);
+            let pending: Result<Vec<WireEvent>, _> =
+                activity.pending.iter().map(wire_event).collect();
+            let (body, pending) = match (encoded, pending) {
+                (Ok(body), Ok(pending)) if bytes + body.len() < self.config.max_frame / 2 => {
+                    (body, pending)
+                }
+                (encoded, pending) => {
+                    if let Err(error) = encoded {
+                        tracing::error!(%id, %error, "an activity cannot be encoded; it stays here");
+                    } else if let Err(error) = pending {
+                        tracing::error!(%id, %error, "an event for an activity cannot be encoded; the activity stays here");
+                    }
+                    // Too big for this reply, or cannot travel: keep it here.
+                    let trail = activity.trail.clone();
+                    let stay = activity.stealable && bytes > 0;
+                    let mut activity = activity;
+                    activity.stealable = stay;
+                    if let Err(error) = self.pool.reclaim(activity, &trail) {
+                        tracing::error!(%id, %error, "could not keep an activity that cannot travel");
+                    }
+                    continue;
+                }
+            };
+            bytes += body.len();
+            let attempt = self.attempts.get(&id).copied().unwrap_or(0);
+            let copy = WireActivity {
+                id,
+                body,
+                contexts: activity.contexts.clone(),
+                attempt,
+                pending,
+            };
+            self.exports.insert(
+                id,
+                Export {
+                    thief,
+                    copy: copy.clone(),
+                    trail: activity.trail,
+                    restartable: activity.body.restartable(),
+                },
+            );
+            self.location.insert(id, thief);
+            loot.push(copy);
+        }
+        self.stats.exported += loot.len() as u64;
+        loot
+    }
+
+    /// Takes in one activity from a steal reply.
+    fn import(&mut self, exporter: NodeId, wire: WireActivity) {
+        let id = wire.id;
+        let body = match decode_activity(&wire.body) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::error!(%id, from = %exporter, %error, "refused an activity; it goes back to its exporter");
+                self.stats.refused += 1;
+                self.notify(
+                    exporter,
+                    Notice::Returned {
+                        id,
+                        reason: error.to_string(),
+                    },
+                );
+                return;
+            }
+        };
+        let pending = wire.pending.into_iter().map(local_event).collect();
+        let stolen = Stolen {
+            id,
+            body,
+            contexts: wire.contexts,
+            stealable: true,
+            pending,
+            trail: vec![OFF_NODE],
+        };
+        if wire.attempt > 0 {
+            self.attempts.insert(id, wire.attempt);
+        }
+        self.imports.insert(id, Import { exporter });
+        if let Err(error) = self.pool.import(stolen) {
+            tracing::error!(%id, %error, "could not take in a stolen activity");
+            self.imports.remove(&id);
+            self.notify(
+                exporter,
+                Notice::Returned {
+                    id,
+                    reason: error.to_string(),
+                },
+            );
+            return;
+        }
+        self.stats.imported += 1;
+        if id.origin() != exporter && id.origin() != self.node {
+            let at = self.node;
+            self.notify(id.origin(), Notice::Moved { id, at });
+        }
+        self.location.remove(&id);
+        if let Some((_, events)) = self.early.remove(&id) {
+            for event in events {
+                self.deliver(event);
+            }
+        }
+    }
+
+    // ----- events and bookkeeping ------------------------------------
+
+    fn on_notice(&mut self, from: NodeId, notice: Notice) {
+        match notice {
+            Notice::Event(wire) => {
+                self.stats.events_received += 1;
+                self.deliver(local_event(wire));
+            }
+            Notice::Finished(id) => {
+                if let Some(export) = self.exports.remove(&id) {
+                    self.location.remove(&id);
+                    self.attempts.remove(&id);
+                    self.settle_export(id, &export);
+                    if let Some(import) = self.imports.remove(&id) {
+                        self.notify(import.exporter, Notice::Finished(id));
+                    }
+                }
+            }
+            Notice::GaveUp { id, reason } => {
+                if let Some(export) = self.exports.remove(&id) {
+                    self.location.remove(&id);
+                    self.settle_export(id, &export);
+                    self.give_up_upstream(id, reason);
+                }
+            }
+            Notice::Moved { id, at } => {
+                if id.origin() == self.node && at != self.node {
+                    self.location.insert(id, at);
+                }
+            }
+            Notice::Returned { id, reason } => {
+                if let Some(export) = self.exports.remove(&id) {
+                    tracing::error!(%id, thief = %from, %reason, "a member could not take an activity; it stays on this node (are all nodes running the same build?)");
+                    self.take_back(id, export, false);
+                }
+            }
+            Notice::Declined(id) => {
+                if let Some(export) = self.exports.remove(&id) {
+                    self.take_back(id, export, true);
+                }
+            }
+        }
+    }
+
+    /// Queues an exported activity here again, as it was when it left;
+    /// `stealable: false` keeps it on this node from now on.
+    fn take_back(&mut self, id: ActivityId, export: Export, stealable: bool) {
+        self.location.remove(&id);
+        match decode_activity(&export.copy.body) {
+            Ok(body) => {
+                let stolen = Stolen {
+                    id,
+                    body,
+                    contexts: export.copy.contexts.clone(),
+                    stealable,
+                    pending: export
+                        .copy
+                        .pending
+                        .iter()
+                        .cloned()
+                        .map(local_event)
+                        .collect(),
+                    trail: Vec::new(),
+                };
+                if let Err(error) = self.pool.reclaim(stolen, &export.trail) {
+                    tracing::error!(%id, %error, "could not queue a returned activity again");
+                }
+            }
+            Err(error) => {
+                self.settle_export(id, &export);
+                self.give_up_upstream(id, format!("its copy no longer decodes: {error}"));
+            }
+        }
+    }
+
+    /// The local pool forgets an exported activity: pointers and its count.
+    /// Who upstream hears about it is the caller's decision.
+    fn settle_export(&mut self, id: ActivityId, export: &Export) {
+        let trail: Vec<Place> = (export.trail.iter())
+            .copied()
+            .filter(|&place| place != OFF_NODE)
+            .collect();
+        self.pool.exported_finished(id, &trail);
+    }
+
+    fn give_up_upstream(&mut self, id: ActivityId, reason: String) {
+        self.attempts.remove(&id);
+        match self.imports.remove(&id) {
+            Some(import) => self.notify(import.exporter, Notice::GaveUp { id, reason }),
+            None => {
+                self.stats.lost += 1;
+                tracing::error!(%id, %reason, "activity given up");
+                self.shared.lost.lock().push((id, reason));
+            }
+        }
+    }
+
+    /// An activity that came from elsewhere finished on this node.
+    fn finished_here(&mut self, id: ActivityId) {
+        self.attempts.remove(&id);
+        if let Some(import) = self.imports.remove(&id) {
+            if self.members.contains_key(&import.exporter) {
+                self.notify(import.exporter, Notice::Finished(id));
+            }
+        }
+    }
+
+    /// Queues an activity again whose thief died, or gives it up.
+    fn requeue(&mut self, id: ActivityId, export: Export) {
+        self.location.remove(&id);
+        let attempt = export.copy.attempt + 1;
+        let reason = if !export.restartable {
+            Some("the node running it died and it may not be restarted".to_string())
+        } else if attempt >= self.config.max_attempts {
+            Some(format!(
+                "the nodes running it died {attempt} times (the limit is {})",
+                self.config.max_attempts
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.settle_export(id, &export);
+            self.give_up_upstream(id, reason);
+            return;
+        }
+        let body = match decode_activity(&export.copy.body) {
+            Ok(body) => body,
+            Err(error) => {
+                self.settle_export(id, &export);
+                self.give_up_upstream(id, format!("its copy no longer decodes: {error}"));
+                return;
+            }
+        };
+        let stolen = Stolen {
+            id,
+            body,
+            contexts: export.copy.contexts.clone(),
+            stealable: true,
+            pending: export
+                .copy
+                .pending
+                .iter()
+                .cloned()
+                .map(local_event)
+                .collect(),
+            trail: Vec::new(),
+        };
+        self.attempts.insert(id, attempt);
+        match self.pool.reclaim(stolen, &export.trail) {
+            Ok(()) => {
+                self.stats.requeued += 1;
+                tracing::warn!(%id, attempt, "queued again: the node running it died");
+                if id.origin() != self.node {
+                    let at = self.node;
+                    self.notify(id.origin(), Notice::Moved { id, at });
+                }
+            }
+            Err(error) => {
+                tracing::error!(%id, %error, "could not queue an activity again");
+            }
+        }
+    }
+
+    /// An event from the network, or one the pool sent off: deliver it here
+    /// or pass it on.
+    fn deliver(&mut self, event: Event) {
+        match self.pool.deliver_from_network(event) {
+            Arrival::Delivered => {}
+            Arrival::Gone(undeliverable) => {
+                self.stats.undeliverable += 1;
+                tracing::warn!(%undeliverable, "event lost: its target is gone");
+            }
+            Arrival::Away(event) => self.route(event),
+            Arrival::Unknown(event) => {
+                let target = event.target;
+                if target.origin() == self.node && !self.location.contains_key(&target) {
+                    self.undeliverable(event, "no such activity (it finished, or never existed)");
+                } else if self.location.contains_key(&target) {
+                    self.route(event);
+                } else {
+                    // Its activity is on its way here (a steal reply racing
+                    // the event), or it finished here moments ago.
+                    self.early
+                        .entry(target)
+                        .or_insert_with(|| (Instant::now(), Vec::new()))
+                        .1
+                        .push(event);
+                }
+            }
+        }
+    }
+
+    /// Sends an event towards its target: where this node last knew it to
+    /// be, else its origin.
+    fn route(&mut self, event: Event) {
+        let target = event.target;
+        let destination = match self.location.get(&target) {
+            Some(&at) => at,
+            None if target.origin() != self.node => target.origin(),
+            None => {
+                self.undeliverable(event, "its activity left this node and nobody knows where");
+                return;
+            }
+        };
+        if destination == self.node {
+            self.deliver(event);
+            return;
+        }
+        if !self.members.contains_key(&destination) {
+            self.undeliverable(
+                event,
+                "the node holding its activity is not a member (it died or left)",
+            );
+            return;
+        }
+        match wire_event(&event) {
+            Ok(wire) => {
+                self.stats.events_sent += 1;
+                self.notify(destination, Notice::Event(wire));
+            }
+            Err(error) => {
+                self.undeliverable(event, &format!("its payload cannot be encoded: {error}"))
+            }
+        }
+    }
+
+    fn undeliverable(&mut self, event: Event, why: &str) {
+        self.stats.undeliverable += 1;
+        tracing::warn!(source = %event.source, target = %event.target, reason = why, "event not delivered");
+    }
+
+    fn notify(&mut self, node: NodeId, notice: Notice) {
+        self.outbox.entry(node).or_default().push(notice);
+    }
+
+    /// Sends what waits in the outbox, one request per destination.
+    fn flush(&mut self) {
+        if self.outbox.is_empty() {
+            return;
+        }
+        let outbox = std::mem::take(&mut self.outbox);
+        for (node, notices) in outbox {
+            match self.members.get(&node).map(|m| m.peer) {
+                Some(peer) => {
+                    self.request(peer, Request::Deliver(notices));
+                }
+                None => {
+                    for notice in notices {
+                        if let Notice::Event(wire) = notice {
+                            self.undeliverable(local_event(wire), "its node is gone");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn leave(&mut self) {
+        self.leaving = true;
+        self.flush();
+        let peers: Vec<PeerId> = self.members.values().map(|m| m.peer).collect();
+        let mut waiting: VecDeque<OutboundRequestId> = peers
+            .iter()
+            .map(|peer| self.request(*peer, Request::Leave))
+            .collect();
+        // Give the goodbyes (and any last notices) a moment to go out.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        while !waiting.is_empty() {
+            tokio::select! {
+                event = self.swarm.select_next_some() => {
+                    if let SwarmEvent::Behaviour(BehaviourEvent::Rpc(
+                        request_response::Event::Message { message: request_response::Message::Response { request_id, .. }, .. }
+                        | request_response::Event::OutboundFailure { request_id, .. },
+                    )) = &event {
+                        waiting.retain(|r| r != request_id);
+                    }
+                    // Steal replies still on their way are declined here.
+                    self.on_swarm_event(event);
+                    self.flush();
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        *self.shared.stats.lock() = self.stats.clone();
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn wire_event(event: &Event) -> Result<WireEvent, crate::event::PayloadError> {
+    Ok(WireEvent {
+        source: event.source,
+        target: event.target,
+        payload: event.payload.encode()?,
+    })
+}
+
+fn local_event(wire: WireEvent) -> Event {
+    Event {
+        source: wire.source,
+        target: wire.target,
+        payload: Payload::from_encoded(wire.payload),
+    }
+}

@@ -1,0 +1,385 @@
+//! The network driver: processes on one machine or many join into one pool
+//! over libp2p, and their executors steal work from each other.
+//!
+//! A [`Node`] is a local [`Pool`](crate::Pool) plus a driver thread that
+//! runs a libp2p swarm. The pool keeps scheduling exactly as it does alone;
+//! when its executors run dry they ask other nodes for work, and events for
+//! activities elsewhere leave through the driver.
+//!
+//! ```no_run
+//! use constellation::net::{Node, NodeConfig};
+//! use constellation::Pool;
+//!
+//! // The first node listens; the others name it as their bootstrap.
+//! let first = Node::start(NodeConfig::default(), Pool::builder().executors(2))?;
+//! let address = first.join_address();
+//! let second = Node::start(
+//!     NodeConfig { bootstrap: vec![address], ..NodeConfig::default() },
+//!     Pool::builder().executors(2),
+//! )?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Transport
+//! TCP, then a pnet pre-shared key ([`key`]), then noise, then yamux, with
+//! one request-response protocol ([`message`], framed by [`codec`]) and
+//! identify and ping. QUIC is not offered: it cannot carry a pnet key. A
+//! node that listens on anything but loopback refuses to start without a key.
+//!
+//! # Membership
+//! A node dials its bootstrap addresses and says hello; each answer lists
+//! the members the answerer knows, which the newcomer dials in turn, so
+//! every node learns every member and what its executors offer. A member
+//! whose connections are gone, or whose pings fail, for
+//! [`NodeConfig::failure_timeout`] is declared dead.
+//!
+//! # Stealing
+//! An executor that finds nothing on its node goes to sleep and the driver
+//! asks another node for work matching that executor's context, choosing
+//! the victim by [`Strategy`]. At most one request per distinct executor
+//! context is in flight, and full rounds of empty replies make it pause
+//! (1 ms, doubling, at most 50 ms). The victim sends up to half of its
+//! queued work, at most [`NodeConfig::max_steal`] activities. Only activities
+//! that never started move, and only ones that may leave their node.
+//!
+//! # Events
+//! An event goes to its target's origin node (named in the target's id),
+//! which forwards it to where the activity went; a thief tells the origin
+//! where the activity is, so a route takes at most two hops once that
+//! news has arrived. An event that arrives before its activity waits for
+//! it, up to [`NodeConfig::early_event_wait`]. Events that reach no activity
+//! are logged and counted ([`NetStats::undeliverable`]), never dropped
+//! silently.
+//!
+//! # Failures: execution is at-least-once
+//! The exporter of an activity keeps a copy until it hears that the
+//! activity finished. If the node it went to dies, the copy is queued again
+//! with its attempt count raised, up to [`NodeConfig::max_attempts`]; past
+//! that, or if the activity is not [`restartable`](crate::Activity::restartable),
+//! it is given up and reported ([`NetStats::lost`], and
+//! [`NodeError::Lost`] from [`Node::done`]). An activity can therefore run
+//! more than once, and events its first run sent can arrive as well as
+//! those of its second: results should be idempotent.
+
+pub mod codec;
+mod driver;
+pub mod key;
+pub mod message;
+pub mod steal;
+pub mod transport;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use libp2p::{Multiaddr, PeerId};
+use parking_lot::Mutex;
+
+use crate::activity::Activity;
+use crate::context::ExecutorContext;
+use crate::core::SubmitError;
+use crate::event::PayloadValue;
+use crate::id::{ActivityId, NodeId};
+use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
+
+pub use driver::NetStats;
+pub use key::PoolKey;
+pub use steal::Strategy;
+
+/// How a node joins and behaves in a pool.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where to listen. The default is loopback with a port the OS picks.
+    pub listen: Multiaddr,
+    /// Members to dial at start (with or without a `/p2p/` suffix). Empty
+    /// for the first node of a pool.
+    pub bootstrap: Vec<Multiaddr>,
+    /// The pool's pre-shared key; required to listen off loopback.
+    pub key: Option<PoolKey>,
+    /// This node's site, for hierarchical stealing.
+    pub site: Option<String>,
+    /// How idle executors find work on other nodes.
+    pub strategy: Strategy,
+    /// Whether this node is the master that master-worker stealing asks.
+    pub master: bool,
+    /// The steal pool this node belongs to: only nodes that steal from it
+    /// may take its work.
+    pub steal_pool: String,
+    /// The steal pool this node takes work from.
+    pub steal_from: String,
+    /// The most activities one steal reply carries.
+    pub max_steal: usize,
+    /// How long a member may be unreachable before it is declared dead.
+    pub failure_timeout: Duration,
+    /// How many times an activity may be handed out before it is given up
+    /// when the nodes running it die.
+    pub max_attempts: u32,
+    /// The largest frame accepted or sent, in bytes.
+    pub max_frame: usize,
+    /// How long an event for an activity not (yet) here waits for it.
+    pub early_event_wait: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            listen: "/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr"),
+            bootstrap: Vec::new(),
+            key: None,
+            site: None,
+            strategy: Strategy::Random,
+            master: false,
+            steal_pool: "default".to_string(),
+            steal_from: "default".to_string(),
+            max_steal: 256,
+            failure_timeout: Duration::from_secs(3),
+            max_attempts: 3,
+            max_frame: codec::DEFAULT_MAX_FRAME,
+            early_event_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a node could not start, or did not end cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The local pool could not start.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// Listening off loopback needs a key.
+    #[error("refusing to listen on {0} without a pre-shared key: anyone who can reach it could join the pool and run code. Give a key file (`constellation pool key --new FILE`) or set CONSTELLATION_KEY, or listen on 127.0.0.1")]
+    KeyRequired(Multiaddr),
+    /// The transport could not be built or could not listen.
+    #[error("network setup failed: {0}")]
+    Transport(String),
+    /// Work remained that can never run.
+    #[error(transparent)]
+    Stalled(#[from] Box<DoneError>),
+    /// Activities were given up after their nodes died.
+    #[error("{} activities were given up after the nodes running them died (e.g. {:?}); the run is incomplete", lost.len(), lost.iter().take(5).collect::<Vec<_>>())]
+    Lost {
+        /// The given-up activities and why.
+        lost: Vec<(ActivityId, String)>,
+        /// What the run did.
+        summary: Box<RunSummary>,
+    },
+    /// No known member offers what an activity needs.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// Waiting for members timed out.
+    #[error("timed out after {waited:?} with {members} members, waiting for {wanted}")]
+    Timeout {
+        /// How long it waited.
+        waited: Duration,
+        /// Members known then, this node included.
+        members: usize,
+        /// Members wanted.
+        wanted: usize,
+    },
+}
+
+/// A member as this node sees it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    /// Its node id.
+    pub node: NodeId,
+    /// Its libp2p peer id.
+    pub peer: PeerId,
+    /// Its site.
+    pub site: Option<String>,
+    /// Whether it is the master.
+    pub master: bool,
+    /// What its executors offer.
+    pub executors: Vec<ExecutorContext>,
+}
+
+/// What the driver thread and the node's handle share.
+pub(crate) struct Shared {
+    pub(crate) members: Mutex<Vec<MemberView>>,
+    pub(crate) stats: Mutex<NetStats>,
+    pub(crate) lost: Mutex<Vec<(ActivityId, String)>>,
+    /// Set once a master was known; cleared when it leaves or dies.
+    pub(crate) master_seen: Mutex<(bool, bool)>,
+    pub(crate) changed: parking_lot::Condvar,
+}
+
+/// One process's membership of a networked pool: its executors, and the
+/// driver that connects them to the other members.
+pub struct Node {
+    pool: Option<Arc<Pool>>,
+    commands: tokio::sync::mpsc::UnboundedSender<driver::Command>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    peer: PeerId,
+    listening: Vec<Multiaddr>,
+}
+
+impl Node {
+    /// Starts the executors of `pool` and joins (or founds) a pool.
+    pub fn start(config: NodeConfig, pool: PoolBuilder) -> Result<Node, NodeError> {
+        driver::start(config, pool)
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.pool().node()
+    }
+
+    /// This node's libp2p peer id.
+    pub fn peer_id(&self) -> PeerId {
+        self.peer
+    }
+
+    /// The addresses this node listens on, each ending in `/p2p/<peer id>`.
+    pub fn listen_addrs(&self) -> &[Multiaddr] {
+        &self.listening
+    }
+
+    /// The address other nodes give as their bootstrap to join.
+    pub fn join_address(&self) -> Multiaddr {
+        self.listening[0].clone()
+    }
+
+    /// The local pool, to submit to and send from.
+    pub fn pool(&self) -> &Pool {
+        self.pool.as_ref().expect("the pool lives until done")
+    }
+
+    /// Submits an activity from the main program. Refused if neither this
+    /// node nor any member known now offers what it needs, or if it may not
+    /// leave this node and no executor here can run it.
+    pub fn submit<A: Activity>(&self, activity: A) -> Result<ActivityId, NodeError> {
+        let contexts = activity.context();
+        let here = crate::core::MatchTable::new(self.pool().executor_contexts());
+        if !activity.may_be_stolen() {
+            // It stays on this node, so only this node's executors count.
+            here.check(self.pool().address(), &contexts, None)?;
+            return Ok(self.pool().submit(activity)?);
+        }
+        let anywhere = here.any_executor_can_run(&contexts)
+            || self.shared.members.lock().iter().any(|member| {
+                crate::core::MatchTable::new(&member.executors).any_executor_can_run(&contexts)
+            });
+        if !anywhere {
+            let mut offered: Vec<ExecutorContext> = self.pool().executor_contexts().to_vec();
+            for member in self.shared.members.lock().iter() {
+                offered.extend(member.executors.iter().cloned());
+            }
+            return Err(crate::core::MatchTable::new(&offered)
+                .check(self.pool().address(), &contexts, None)
+                .expect_err("nothing matched")
+                .into());
+        }
+        Ok(self.pool().submit(activity)?)
+    }
+
+    /// Sends `value` to activity `target`, wherever it lives.
+    pub fn send<T: PayloadValue>(&self, target: ActivityId, value: T) -> Result<(), NodeError> {
+        self.pool()
+            .send(target, value)
+            .map_err(|undeliverable| NodeError::Transport(undeliverable.to_string()))
+    }
+
+    /// The other members known now.
+    pub fn members(&self) -> Vec<MemberView> {
+        self.shared.members.lock().clone()
+    }
+
+    /// Waits until `count` members, this node included, know each other
+    /// (as far as this node can tell: it knows `count - 1` others).
+    pub fn wait_for_members(&self, count: usize, timeout: Duration) -> Result<(), NodeError> {
+        let start = Instant::now();
+        let mut members = self.shared.members.lock();
+        while members.len() + 1 < count {
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(NodeError::Timeout {
+                    waited: start.elapsed(),
+                    members: members.len() + 1,
+                    wanted: count,
+                });
+            }
+            self.shared.changed.wait_for(&mut members, left);
+        }
+        Ok(())
+    }
+
+    /// Waits until the master, once known, has left or died; `false` if
+    /// `timeout` passed first. Worker processes serve until then.
+    pub fn wait_for_master_gone(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut members = self.shared.members.lock();
+        loop {
+            let (seen, present) = *self.shared.master_seen.lock();
+            if seen && !present {
+                return true;
+            }
+            match deadline {
+                Some(deadline) => {
+                    if self
+                        .shared
+                        .changed
+                        .wait_until(&mut members, deadline)
+                        .timed_out()
+                    {
+                        return false;
+                    }
+                }
+                None => self.shared.changed.wait(&mut members),
+            }
+        }
+    }
+
+    /// The driver's counters now.
+    pub fn stats(&self) -> NetStats {
+        self.shared.stats.lock().clone()
+    }
+
+    /// Waits until all work this node submitted or took in is finished —
+    /// including work stolen from it, wherever it ran — then leaves the
+    /// pool and stops. Fails if work was given up or can never run.
+    ///
+    /// Activities that other nodes' activities submitted are their nodes'
+    /// business: wait for their results (with a collector) before this.
+    pub fn done(mut self) -> Result<(RunSummary, NetStats), NodeError> {
+        let _ = self.commands.send(driver::Command::StopStealing);
+        self.pool().wait_quiescent();
+        self.stop_driver();
+        let stats = self.shared.stats.lock().clone();
+        let pool = Arc::try_unwrap(self.pool.take().expect("done runs once"))
+            .unwrap_or_else(|_| unreachable!("the driver thread has ended"));
+        let summary = pool
+            .done()
+            .map_err(|error| NodeError::Stalled(Box::new(error)))?;
+        let lost = std::mem::take(&mut *self.shared.lost.lock());
+        if !lost.is_empty() {
+            return Err(NodeError::Lost {
+                lost,
+                summary: Box::new(summary),
+            });
+        }
+        Ok((summary, stats))
+    }
+
+    /// Leaves the pool now, without waiting for work: for worker nodes
+    /// whose master is gone.
+    pub fn leave(mut self) -> NetStats {
+        self.stop_driver();
+        self.shared.stats.lock().clone()
+    }
+
+    fn stop_driver(&mut self) {
+        let _ = self.commands.send(driver::Command::Leave);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the network driver thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_driver();
+    }
+}

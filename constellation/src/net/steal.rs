@@ -1,0 +1,316 @@
+//! Whom to ask for work, and when: victim choice for the three strategies,
+//! and the throttle that keeps idle nodes from hammering their victims.
+//!
+//! No I/O and no clock: the driver passes `now` in, so the rules are tested
+//! step by step.
+
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+/// How an idle node finds work on other nodes. Work on its own node always
+/// comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Ask the master, which holds the work. The master itself steals from nobody.
+    MasterWorker,
+    /// Ask a random member of the steal pool.
+    #[default]
+    Random,
+    /// Ask a random member of the same site; when the site has run dry (a
+    /// full round of empty replies), a random member anywhere.
+    Hierarchical,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "master-worker" | "master" => Ok(Strategy::MasterWorker),
+            "random" => Ok(Strategy::Random),
+            "hierarchical" | "site" => Ok(Strategy::Hierarchical),
+            other => Err(format!(
+                "unknown steal strategy {other:?}: use master-worker, random or hierarchical"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Strategy::MasterWorker => "master-worker",
+            Strategy::Random => "random",
+            Strategy::Hierarchical => "hierarchical",
+        })
+    }
+}
+
+/// A member that could be asked for work, as the victim choice sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate<P> {
+    /// How the driver names it.
+    pub peer: P,
+    /// Whether it is on this node's site.
+    pub same_site: bool,
+    /// Whether it is the pool's master.
+    pub master: bool,
+}
+
+/// The shortest wait after a round of empty replies.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(1);
+/// The longest wait after rounds of empty replies.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The steal state of one executor context on this node: at most one
+/// request in flight, and a growing pause after full rounds of empty replies.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    in_flight: bool,
+    /// Empty replies in a row since the last loot.
+    misses: usize,
+    /// Empty replies in a row from this node's site.
+    site_misses: usize,
+    backoff: Duration,
+    not_before: Option<Instant>,
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Throttle {
+            in_flight: false,
+            misses: 0,
+            site_misses: 0,
+            backoff: Duration::ZERO,
+            not_before: None,
+        }
+    }
+}
+
+impl Throttle {
+    /// Whether a request may go out now.
+    pub fn may_steal(&self, now: Instant) -> bool {
+        !self.in_flight && self.not_before.is_none_or(|at| now >= at)
+    }
+
+    /// When a request may go out again, if it is waiting out a backoff.
+    pub fn retry_at(&self) -> Option<Instant> {
+        (!self.in_flight).then_some(self.not_before).flatten()
+    }
+
+    /// Chooses whom to ask, or `None` if nobody may be asked; marks the
+    /// request in flight if there is a victim.
+    pub fn choose<P: Copy, R: Rng>(
+        &mut self,
+        strategy: Strategy,
+        candidates: &[Candidate<P>],
+        rng: &mut R,
+    ) -> Option<Candidate<P>> {
+        let victim = match strategy {
+            Strategy::MasterWorker => candidates.iter().find(|c| c.master).copied(),
+            Strategy::Random => candidates.choose(rng).copied(),
+            Strategy::Hierarchical => {
+                let site: Vec<_> = candidates.iter().filter(|c| c.same_site).collect();
+                if !site.is_empty() && self.site_misses < site.len() {
+                    site.choose(rng).map(|c| **c)
+                } else {
+                    let away: Vec<_> = candidates.iter().filter(|c| !c.same_site).collect();
+                    match away.choose(rng) {
+                        Some(c) => Some(**c),
+                        None => site.choose(rng).map(|c| **c),
+                    }
+                }
+            }
+        }?;
+        self.in_flight = true;
+        Some(victim)
+    }
+
+    /// The reply to the request in flight came from `victim` with `loot`
+    /// activities (zero if the request failed). `round` is how many
+    /// victims there are to try before backing off.
+    pub fn replied<P>(&mut self, victim: &Candidate<P>, loot: usize, round: usize, now: Instant) {
+        self.in_flight = false;
+        if loot > 0 {
+            self.misses = 0;
+            self.site_misses = 0;
+            self.backoff = Duration::ZERO;
+            self.not_before = None;
+            return;
+        }
+        self.misses += 1;
+        if victim.same_site {
+            self.site_misses += 1;
+        }
+        if self.misses >= round.max(1) {
+            // A full round came back empty: pause, longer each time, and
+            // then start over with the own site.
+            self.misses = 0;
+            self.site_misses = 0;
+            self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+            self.not_before = Some(now + self.backoff);
+        }
+    }
+
+    /// Forgets the request in flight without counting it (its victim is gone).
+    pub fn abandon(&mut self) {
+        self.in_flight = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn member(peer: u32, same_site: bool, master: bool) -> Candidate<u32> {
+        Candidate {
+            peer,
+            same_site,
+            master,
+        }
+    }
+
+    #[test]
+    fn one_request_in_flight_per_context() {
+        let mut throttle = Throttle::default();
+        let mut rng = StdRng::seed_from_u64(1);
+        let now = Instant::now();
+        let candidates = [member(1, false, false), member(2, false, false)];
+        assert!(throttle.may_steal(now));
+        let victim = throttle
+            .choose(Strategy::Random, &candidates, &mut rng)
+            .unwrap();
+        assert!(!throttle.may_steal(now));
+        throttle.replied(&victim, 3, 2, now);
+        assert!(throttle.may_steal(now));
+    }
+
+    #[test]
+    fn backs_off_after_a_full_round_of_empty_replies_and_grows() {
+        let mut throttle = Throttle::default();
+        let mut rng = StdRng::seed_from_u64(2);
+        let now = Instant::now();
+        let candidates = [member(1, false, false), member(2, false, false)];
+        let v = throttle
+            .choose(Strategy::Random, &candidates, &mut rng)
+            .unwrap();
+        throttle.replied(&v, 0, 2, now);
+        assert!(
+            throttle.may_steal(now),
+            "one empty reply of a round of two: try another"
+        );
+        let v = throttle
+            .choose(Strategy::Random, &candidates, &mut rng)
+            .unwrap();
+        throttle.replied(&v, 0, 2, now);
+        assert!(!throttle.may_steal(now));
+        assert_eq!(throttle.retry_at(), Some(now + MIN_BACKOFF));
+        let later = now + MIN_BACKOFF;
+        for _ in 0..2 {
+            let v = throttle
+                .choose(Strategy::Random, &candidates, &mut rng)
+                .unwrap();
+            throttle.replied(&v, 0, 2, later);
+        }
+        assert_eq!(throttle.retry_at(), Some(later + 2 * MIN_BACKOFF));
+        for _ in 0..40 {
+            let at = throttle.retry_at().unwrap();
+            let v = throttle
+                .choose(Strategy::Random, &candidates, &mut rng)
+                .unwrap();
+            throttle.replied(&v, 0, 1, at);
+        }
+        let at = throttle.retry_at().unwrap();
+        let v = throttle
+            .choose(Strategy::Random, &candidates, &mut rng)
+            .unwrap();
+        throttle.replied(&v, 0, 1, at);
+        assert_eq!(throttle.retry_at(), Some(at + MAX_BACKOFF), "capped");
+        let v = throttle
+            .choose(Strategy::Random, &candidates, &mut rng)
+            .unwrap();
+        throttle.replied(&v, 5, 1, at);
+        assert!(throttle.may_steal(at), "loot resets the backoff");
+    }
+
+    #[test]
+    fn master_worker_asks_only_the_master() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let candidates = [
+            member(1, false, false),
+            member(2, false, true),
+            member(3, false, false),
+        ];
+        for _ in 0..20 {
+            let mut throttle = Throttle::default();
+            let v = throttle
+                .choose(Strategy::MasterWorker, &candidates, &mut rng)
+                .unwrap();
+            assert_eq!(v.peer, 2);
+        }
+        let mut throttle = Throttle::default();
+        assert!(throttle
+            .choose(Strategy::MasterWorker, &candidates[..1], &mut rng)
+            .is_none());
+        assert!(
+            throttle.may_steal(Instant::now()),
+            "no victim, nothing in flight"
+        );
+    }
+
+    #[test]
+    fn hierarchical_stays_on_the_site_until_a_round_there_comes_back_empty() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let now = Instant::now();
+        let candidates = [
+            member(1, true, false),
+            member(2, true, false),
+            member(3, false, false),
+            member(4, false, false),
+        ];
+        let mut throttle = Throttle::default();
+        for _ in 0..50 {
+            let v = throttle
+                .choose(Strategy::Hierarchical, &candidates, &mut rng)
+                .unwrap();
+            assert!(v.same_site);
+            throttle.replied(&v, 1, 4, now);
+        }
+        let v = throttle
+            .choose(Strategy::Hierarchical, &candidates, &mut rng)
+            .unwrap();
+        throttle.replied(&v, 0, 4, now);
+        let v = throttle
+            .choose(Strategy::Hierarchical, &candidates, &mut rng)
+            .unwrap();
+        assert!(v.same_site, "one empty site reply of two");
+        throttle.replied(&v, 0, 4, now);
+        let v = throttle
+            .choose(Strategy::Hierarchical, &candidates, &mut rng)
+            .unwrap();
+        assert!(!v.same_site, "the site ran dry: go wide");
+        throttle.replied(&v, 2, 4, now);
+        let v = throttle
+            .choose(Strategy::Hierarchical, &candidates, &mut rng)
+            .unwrap();
+        assert!(v.same_site, "loot resets: back to the site first");
+    }
+
+    #[test]
+    fn strategy_names_parse_and_print() {
+        for strategy in [
+            Strategy::MasterWorker,
+            Strategy::Random,
+            Strategy::Hierarchical,
+        ] {
+            assert_eq!(strategy.to_string().parse::<Strategy>().unwrap(), strategy);
+        }
+        assert!("fastest"
+            .parse::<Strategy>()
+            .unwrap_err()
+            .contains("master-worker"));
+    }
+}
