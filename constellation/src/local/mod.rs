@@ -1005,6 +1005,13 @@ impl Pool {
         self.shared.counts()
     }
 
+    /// Work this pool counts as unfinished: queued, running and ready
+    /// activities, activities exported and not yet finished elsewhere, and
+    /// events in transit inside the node. [`done`](Self::done) waits for zero.
+    pub fn outstanding(&self) -> i64 {
+        self.shared.outstanding.load(Ordering::SeqCst)
+    }
+
     /// Waits until nothing is queued, running or ready, and no event is in
     /// transit: the moment [`done`](Self::done) would stop the executors.
     pub fn wait_quiescent(&self) {

@@ -182,11 +182,6 @@ struct Export {
     restartable: bool,
 }
 
-/// An activity this node took in, and whom to tell when it finishes.
-struct Import {
-    exporter: NodeId,
-}
-
 struct Driver {
     config: NodeConfig,
     swarm: Swarm<Behaviour>,
@@ -197,8 +192,13 @@ struct Driver {
     node: NodeId,
     members: HashMap<NodeId, MemberState>,
     by_peer: HashMap<PeerId, NodeId>,
-    exports: HashMap<ActivityId, Export>,
-    imports: HashMap<ActivityId, Import>,
+    /// Copies of activities handed to other nodes. One activity can be
+    /// handed out more than once when it comes back (A → B → A → C): each
+    /// hand-over is a link of its chain of custody, settled on its own.
+    exports: HashMap<ActivityId, Vec<Export>>,
+    /// Whom to tell when an activity taken in finishes, latest hand-over
+    /// last: news of its end runs back along the chain of custody.
+    imports: HashMap<ActivityId, Vec<NodeId>>,
     /// Attempts of activities here that were handed out before.
     attempts: HashMap<ActivityId, u32>,
     /// Where activities that left this node, or that originated here, are now.
@@ -215,6 +215,7 @@ struct Driver {
     /// Whether idle executors may ask other nodes for work.
     stealing: bool,
     leaving: bool,
+    last_report: Instant,
 }
 
 impl Driver {
@@ -311,6 +312,7 @@ impl Driver {
             stats: NetStats::default(),
             stealing: true,
             leaving: false,
+            last_report: Instant::now(),
         })
     }
 
@@ -350,8 +352,18 @@ impl Driver {
         self.leave().await;
     }
 
+    /// The next moment a paused steal may go out. Pauses already over are
+    /// left to the next idle notice or housekeeping tick, so a pause that
+    /// ended while nothing was idle does not wake the loop again and again.
     fn next_retry(&self) -> Option<Instant> {
-        self.throttles.values().filter_map(Throttle::retry_at).min()
+        if !self.stealing || self.leaving {
+            return None;
+        }
+        let now = Instant::now();
+        (self.throttles.values())
+            .filter_map(Throttle::retry_at)
+            .filter(|&at| at > now)
+            .min()
     }
 
     fn on_command(&mut self, command: Command) {
@@ -523,12 +535,13 @@ impl Driver {
             tracing::info!(%node, "member left");
         }
         let orphans: Vec<ActivityId> = (self.exports.iter())
-            .filter(|(_, export)| export.thief == node)
+            .filter(|(_, links)| links.iter().any(|export| export.thief == node))
             .map(|(id, _)| *id)
             .collect();
         for id in orphans {
-            let export = self.exports.remove(&id).expect("listed above");
-            self.requeue(id, export);
+            while let Some(export) = self.take_export(id, node) {
+                self.requeue(id, export);
+            }
         }
         self.outbox.remove(&node);
         let stale: Vec<_> = (self.steals.iter())
@@ -570,6 +583,21 @@ impl Driver {
             }
         }
         *self.shared.stats.lock() = self.stats.clone();
+        if self.last_report.elapsed() >= Duration::from_secs(5) {
+            self.last_report = now;
+            let counts = self.pool.counts();
+            tracing::debug!(
+                outstanding = self.pool.outstanding(),
+                queued = counts.queued,
+                running = counts.running,
+                live = counts.live,
+                exported = self.exports.len(),
+                imported = self.imports.len(),
+                early = self.early.len(),
+                members = self.members.len(),
+                "node state"
+            );
+        }
         // Idle executors whose notice found nothing to steal then.
         self.try_steal();
     }
@@ -855,15 +883,12 @@ impl Driver {
                 attempt,
                 pending,
             };
-            self.exports.insert(
-                id,
-                Export {
-                    thief,
-                    copy: copy.clone(),
-                    trail: activity.trail,
-                    restartable: activity.body.restartable(),
-                },
-            );
+            self.exports.entry(id).or_default().push(Export {
+                thief,
+                copy: copy.clone(),
+                trail: activity.trail,
+                restartable: activity.body.restartable(),
+            });
             self.location.insert(id, thief);
             loot.push(copy);
         }
@@ -901,10 +926,10 @@ impl Driver {
         if wire.attempt > 0 {
             self.attempts.insert(id, wire.attempt);
         }
-        self.imports.insert(id, Import { exporter });
+        self.imports.entry(id).or_default().push(exporter);
         if let Err(error) = self.pool.import(stolen) {
             tracing::error!(%id, %error, "could not take in a stolen activity");
-            self.imports.remove(&id);
+            self.pop_import(id);
             self.notify(
                 exporter,
                 Notice::Returned {
@@ -936,17 +961,19 @@ impl Driver {
                 self.deliver(local_event(wire));
             }
             Notice::Finished(id) => {
-                if let Some(export) = self.exports.remove(&id) {
-                    self.location.remove(&id);
-                    self.attempts.remove(&id);
+                if let Some(export) = self.take_export(id, from) {
+                    if !self.exports.contains_key(&id) {
+                        self.location.remove(&id);
+                        self.attempts.remove(&id);
+                    }
                     self.settle_export(id, &export);
-                    if let Some(import) = self.imports.remove(&id) {
-                        self.notify(import.exporter, Notice::Finished(id));
+                    if let Some(exporter) = self.pop_import(id) {
+                        self.notify(exporter, Notice::Finished(id));
                     }
                 }
             }
             Notice::GaveUp { id, reason } => {
-                if let Some(export) = self.exports.remove(&id) {
+                if let Some(export) = self.take_export(id, from) {
                     self.location.remove(&id);
                     self.settle_export(id, &export);
                     self.give_up_upstream(id, reason);
@@ -958,13 +985,13 @@ impl Driver {
                 }
             }
             Notice::Returned { id, reason } => {
-                if let Some(export) = self.exports.remove(&id) {
+                if let Some(export) = self.take_export(id, from) {
                     tracing::error!(%id, thief = %from, %reason, "a member could not take an activity; it stays on this node (are all nodes running the same build?)");
                     self.take_back(id, export, false);
                 }
             }
             Notice::Declined(id) => {
-                if let Some(export) = self.exports.remove(&id) {
+                if let Some(export) = self.take_export(id, from) {
                     self.take_back(id, export, true);
                 }
             }
@@ -1012,10 +1039,31 @@ impl Driver {
         self.pool.exported_finished(id, &trail);
     }
 
+    /// The link of `id`'s chain of custody that handed it to `thief`.
+    fn take_export(&mut self, id: ActivityId, thief: NodeId) -> Option<Export> {
+        let links = self.exports.get_mut(&id)?;
+        let position = links.iter().position(|export| export.thief == thief)?;
+        let export = links.remove(position);
+        if links.is_empty() {
+            self.exports.remove(&id);
+        }
+        Some(export)
+    }
+
+    /// The node that handed `id` here last, which waits to hear of its end.
+    fn pop_import(&mut self, id: ActivityId) -> Option<NodeId> {
+        let links = self.imports.get_mut(&id)?;
+        let exporter = links.pop();
+        if links.is_empty() {
+            self.imports.remove(&id);
+        }
+        exporter
+    }
+
     fn give_up_upstream(&mut self, id: ActivityId, reason: String) {
         self.attempts.remove(&id);
-        match self.imports.remove(&id) {
-            Some(import) => self.notify(import.exporter, Notice::GaveUp { id, reason }),
+        match self.pop_import(id) {
+            Some(exporter) => self.notify(exporter, Notice::GaveUp { id, reason }),
             None => {
                 self.stats.lost += 1;
                 tracing::error!(%id, %reason, "activity given up");
@@ -1027,9 +1075,9 @@ impl Driver {
     /// An activity that came from elsewhere finished on this node.
     fn finished_here(&mut self, id: ActivityId) {
         self.attempts.remove(&id);
-        if let Some(import) = self.imports.remove(&id) {
-            if self.members.contains_key(&import.exporter) {
-                self.notify(import.exporter, Notice::Finished(id));
+        if let Some(exporter) = self.pop_import(id) {
+            if self.members.contains_key(&exporter) {
+                self.notify(exporter, Notice::Finished(id));
             }
         }
     }

@@ -3,8 +3,8 @@
 //!
 //! The pnet layer comes first so that a peer without the pool key cannot get
 //! as far as a noise handshake: everything after the nonce exchange is
-//! encrypted with the key, and a wrong key turns the next protocol
-//! negotiation into noise that fails at once.
+//! encrypted with the key. Both ends then send a fixed text through it, so
+//! a wrong key is refused at once, with a message that says so.
 //!
 //! QUIC is deliberately not offered: QUIC brings its own TLS handshake
 //! directly on UDP, with no byte stream beneath it into which a pnet layer
@@ -47,11 +47,40 @@ pub fn build_transport(
     let tcp = tcp::tokio::Transport::new(tcp::Config::new().nodelay(true));
     match psk {
         Some(psk) => secure(
-            tcp.and_then(move |socket, _| PnetConfig::new(psk).handshake(socket)),
+            tcp.and_then(move |socket, _| async move {
+                let mut private = PnetConfig::new(psk)
+                    .handshake(socket)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                confirm_key(&mut private).await?;
+                Ok::<_, std::io::Error>(private)
+            }),
             keypair,
         ),
         None => secure(tcp, keypair),
     }
+}
+
+/// What both ends write first through the pnet layer. pnet itself cannot
+/// tell a wrong key: the stream just decrypts to garbage, and the protocol
+/// negotiation that follows may wait for bytes that never come until
+/// [`CONNECT_TIMEOUT`]. A known text read back fails at once, and says why.
+const KEY_CHECK: &[u8; 16] = b"constellation/k1";
+
+/// Exchanges [`KEY_CHECK`] over a fresh pnet stream.
+async fn confirm_key<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> std::io::Result<()> {
+    use libp2p::futures::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(KEY_CHECK).await?;
+    stream.flush().await?;
+    let mut echo = [0u8; KEY_CHECK.len()];
+    stream.read_exact(&mut echo).await?;
+    if &echo != KEY_CHECK {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the peer uses a different pool key",
+        ));
+    }
+    Ok(())
 }
 
 /// Adds noise, yamux and the timeout on top of a byte-stream transport.
