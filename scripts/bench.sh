@@ -13,11 +13,19 @@
 #                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk
 #   graph_chains    `constellation run` of 100 independent chains of 100 activities running `true`,
 #                   2 executors, journal and output on tmpfs: wall seconds and activities/s
+#   net_steal       200,000 trivial activities on a master with no executors, stolen over loopback
+#                   by one net-node worker with 2 executors (master-worker): activities/s, with
+#                   the worker's steal requests and imported activities
+#   net_event_rtt   median round trip in µs of 20,000 events between activities on two net-node
+#                   processes over loopback, 1 executor each, with the p99
+#   net_fib         fib(27) (635,621 activities) across 3 net-node processes of 2 executors,
+#                   random stealing over loopback: seconds and activities/s
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains)
+all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains
+     net_steal net_event_rtt net_fib)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -30,6 +38,9 @@ done
 cargo build --release --quiet -p constellation-workloads --bin constellation-bench
 case " ${names[*]} " in
   *" graph_chains "*) cargo build --release --quiet -p gluein --bin constellation ;;
+esac
+case " ${names[*]} " in
+  *" net_"*) cargo build --release --quiet -p constellation-workloads --bin net-node ;;
 esac
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do

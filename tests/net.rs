@@ -22,8 +22,11 @@ struct Proc {
 
 impl Proc {
     fn start(name: &str, args: &[&str]) -> Proc {
+        // Tests run in parallel in one process: a counter keeps their logs apart.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let serial = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let stderr = std::env::temp_dir().join(format!(
-            "constellation-net-{}-{name}.log",
+            "constellation-net-{}-{serial}-{name}.log",
             std::process::id()
         ));
         let mut child = Command::new(NODE)
@@ -362,6 +365,46 @@ fn killing_a_worker_mid_run_loses_nothing_and_counts_reexecutions() {
     println!("{result}\n{stats}");
     master.wait_success(LONG);
     survivor.wait_success(LONG);
+}
+
+#[test]
+fn steal_pools_restrict_who_steals_from_whom() {
+    let mut master = Proc::start(
+        "master",
+        &["--master", "--members", "3", "--workload", "bag:400:500"],
+    );
+    let addr = master.addr();
+    let mut outsider = Proc::start(
+        "outsider",
+        &[
+            "--bootstrap",
+            &addr,
+            "--steal-pool",
+            "other",
+            "--steal-from",
+            "other",
+        ],
+    );
+    let mut member = Proc::start("member", &["--bootstrap", &addr]);
+    let outsider_node = outsider.expect("listening", LONG)["node"].clone();
+    let member_node = member.expect("listening", LONG)["node"].clone();
+    let result = master.expect("result", LONG);
+    assert_eq!(result["missing"], 0, "{result}");
+    let per_node = result["per_node"].as_object().unwrap();
+    assert!(
+        !per_node.contains_key(outsider_node.as_str().unwrap()),
+        "a node stealing from another pool ran this pool's work: {result}"
+    );
+    assert!(
+        per_node.contains_key(member_node.as_str().unwrap()),
+        "{result}"
+    );
+    master.expect("stats", LONG);
+    master.wait_success(LONG);
+    let stats = outsider.expect("stats", LONG);
+    assert_eq!(stats["imported"], 0, "{stats}");
+    outsider.wait_success(LONG);
+    member.wait_success(LONG);
 }
 
 fn key_file(name: &str) -> PathBuf {

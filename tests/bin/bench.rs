@@ -3,23 +3,31 @@
 //! is the median of `BENCH_RUNS` runs (default 5); every run's figure goes to
 //! stderr.
 
-use std::time::Instant;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use constellation::collect::{MultiEventCollector, SingleEventCollector};
 use constellation::core::{Origin, Scheduler, Submission};
 use constellation::id::IdIssuer;
 use constellation::{Activity, ContextList, ExecutorContext, NodeId, Pool};
 use constellation_workloads::{fib_activities, Fib, Player, Trivial};
 use executors::shell::{ShellActivity, ShellResult, ShellSpec};
+use serde_json::Value;
 
-const NAMES: [&str; 6] = [
+const NAMES: [&str; 9] = [
     "local_spawn",
     "local_fib",
     "local_pingpong",
     "queued_bytes",
     "shell_true",
     "graph_chains",
+    "net_steal",
+    "net_event_rtt",
+    "net_fib",
 ];
 
 fn main() -> Result<()> {
@@ -50,6 +58,21 @@ fn main() -> Result<()> {
             graph_chains(100, 100, runs)?;
             continue;
         }
+        match name {
+            "net_steal" => {
+                net_steal(200_000, runs)?;
+                continue;
+            }
+            "net_event_rtt" => {
+                net_event_rtt(20_000, runs)?;
+                continue;
+            }
+            "net_fib" => {
+                net_fib(27, runs)?;
+                continue;
+            }
+            _ => {}
+        }
         let mut values = Vec::with_capacity(runs);
         let mut unit_and_direction = ("", true);
         for run in 1..=runs {
@@ -79,6 +102,323 @@ fn main() -> Result<()> {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// `count` trivial activities submitted on a master with no executors of
+/// its own and stolen over loopback by one worker process with 2 executors
+/// (master-worker stealing), until the master sees them all finished: the
+/// master's activities/s. The steal requests and imported activities shown
+/// are the worker's in the median run, so their ratio is the batch size.
+fn net_steal(count: u64, runs: usize) -> Result<()> {
+    let master = format!(
+        "--executors 0 --master --members 2 --strategy master-worker --workload trivial:{count}"
+    );
+    let mut rates = Vec::with_capacity(runs);
+    let mut per_run = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let (result, stats) = net_pool(
+            "net_steal",
+            &master,
+            &["--executors 2 --strategy master-worker"],
+        )?;
+        let rate = number(&result, "per_second")?;
+        let finished: u64 = (stats.iter())
+            .map(|s| s["finished"].as_u64().unwrap_or(0))
+            .sum();
+        if finished != count {
+            bail!("net_steal run {run}: {finished} of {count} activities finished: {stats:?}");
+        }
+        let worker = &stats[1];
+        let steals = number(worker, "steal_requests")?;
+        let imported = number(worker, "imported")?;
+        eprintln!(
+            "net_steal run {run}: {rate:.1} activities/s, {:.3} s; worker: {steals} steal requests, \
+             {imported} imported ({:.1} per request)",
+            number(&result, "seconds")?,
+            imported / steals.max(1.0)
+        );
+        rates.push(rate);
+        per_run.push((rate, steals, imported));
+    }
+    let median_rate = median(&mut rates);
+    let (_, steals, imported) = (per_run.iter())
+        .find(|(rate, _, _)| *rate == median_rate)
+        .copied()
+        .context("the median run")?;
+    println!(
+        r#"{{"bench":"net_steal","value":{median_rate:.1},"unit":"activities/s","higher_is_better":true,"steal_requests":{steals},"imported":{imported}}}"#
+    );
+    Ok(())
+}
+
+/// `rounds` events bounced between an activity on the master and one that
+/// can only run on the worker (its executor alone offers `remote`), one
+/// executor per process: the median of the runs' median round trips in µs,
+/// and the median of their 99th percentiles.
+fn net_event_rtt(rounds: u64, runs: usize) -> Result<()> {
+    let master = format!(
+        "--master --members 2 --executors 1 --context local --workload pingpong:{rounds}:remote"
+    );
+    let mut medians = Vec::with_capacity(runs);
+    let mut p99s = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let (result, _) = net_pool(
+            "net_event_rtt",
+            &master,
+            &["--executors 1 --context remote"],
+        )?;
+        let median_us = number(&result, "median_us")?;
+        let p99_us = number(&result, "p99_us")?;
+        eprintln!("net_event_rtt run {run}: median {median_us:.1} us, p99 {p99_us:.1} us");
+        medians.push(median_us);
+        p99s.push(p99_us);
+    }
+    println!(
+        r#"{{"bench":"net_event_rtt","value":{:.1},"unit":"us","higher_is_better":false,"p99_us":{:.1}}}"#,
+        median(&mut medians),
+        median(&mut p99s)
+    );
+    Ok(())
+}
+
+/// fib(n) by divide and conquer across 3 processes of 2 executors each
+/// (random stealing), started on the master: the seconds the master waits
+/// for the answer, and the activities/s that makes.
+fn net_fib(n: u32, runs: usize) -> Result<()> {
+    let master = format!("--master --members 3 --executors 2 --strategy random --workload fib:{n}");
+    let worker = "--executors 2 --strategy random";
+    let activities = fib_activities(n);
+    let mut seconds = Vec::with_capacity(runs);
+    let mut rates = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let (result, _) = net_pool("net_fib", &master, &[worker, worker])?;
+        if result["correct"] != Value::Bool(true) {
+            bail!("net_fib run {run}: wrong answer: {result}");
+        }
+        let wall = number(&result, "seconds")?;
+        eprintln!(
+            "net_fib run {run}: {wall:.3} s, {:.0} activities/s",
+            activities as f64 / wall
+        );
+        seconds.push(wall);
+        rates.push(activities as f64 / wall);
+    }
+    println!(
+        r#"{{"bench":"net_fib","value":{:.3},"unit":"s","higher_is_better":false,"activities":{activities},"activities_per_s":{:.1}}}"#,
+        median(&mut seconds),
+        median(&mut rates)
+    );
+    Ok(())
+}
+
+/// A numeric field of a `net-node` JSON line.
+fn number(line: &Value, field: &str) -> Result<f64> {
+    line[field]
+        .as_f64()
+        .with_context(|| format!("no number {field:?} in {line}"))
+}
+
+/// How long one network benchmark run may take, all its processes together.
+const NET_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One run of a network benchmark: a `net-node` master (built next to this
+/// binary) with the `master` arguments (separated by spaces), then one
+/// worker per entry of `workers` joined to it over loopback. Waits for the master's result line, every
+/// process's stats line and every exit; returns the result line and the
+/// stats lines, master first. On failure every process is killed and the
+/// error carries the end of each one's stderr.
+fn net_pool(bench: &str, master: &str, workers: &[&str]) -> Result<(Value, Vec<Value>)> {
+    let exe = std::env::current_exe()?.with_file_name("net-node");
+    if !exe.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build --release -p constellation-workloads --bin net-node`",
+            exe.display()
+        );
+    }
+    let deadline = Instant::now() + NET_TIMEOUT;
+    let mut nodes = Vec::with_capacity(workers.len() + 1);
+    let outcome = drive_net_pool(&exe, deadline, master, workers, &mut nodes);
+    outcome.map_err(|error| {
+        let mut message = format!("{bench}: {error:#}");
+        for node in &mut nodes {
+            node.stop();
+            let stdout: Vec<String> = node.stdout().iter().map(Value::to_string).collect();
+            message.push_str(&format!(
+                "\n--- {}: stdout ---\n{}\n--- {}: last lines of stderr ({}) ---\n{}",
+                node.name,
+                stdout.join("\n"),
+                node.name,
+                node.log.display(),
+                node.log_tail(12)
+            ));
+        }
+        anyhow::anyhow!(message)
+    })
+}
+
+/// The steps of [`net_pool`], pushing each process it starts to `nodes`.
+fn drive_net_pool(
+    exe: &Path,
+    deadline: Instant,
+    master: &str,
+    workers: &[&str],
+    nodes: &mut Vec<NetNode>,
+) -> Result<(Value, Vec<Value>)> {
+    let master: Vec<&str> = master.split_whitespace().collect();
+    nodes.push(NetNode::start(exe, "master", &master)?);
+    let listening = nodes[0].expect("listening", deadline)?;
+    let addr = (listening["addr"].as_str())
+        .with_context(|| format!("no addr in the master's {listening}"))?
+        .to_string();
+    for (i, extra) in workers.iter().enumerate() {
+        let mut args = vec!["--bootstrap", addr.as_str()];
+        args.extend(extra.split_whitespace());
+        nodes.push(NetNode::start(exe, &format!("worker{}", i + 1), &args)?);
+    }
+    let result = nodes[0].expect("result", deadline)?;
+    let mut stats = Vec::with_capacity(nodes.len());
+    for node in nodes.iter_mut() {
+        stats.push(node.expect("stats", deadline)?);
+        node.wait_success(deadline)?;
+    }
+    Ok((result, stats))
+}
+
+/// A running `net-node`: the JSON lines of its stdout arrive through a
+/// reader thread (and are kept, for a failure report); its stderr goes to
+/// a log file. Dropping it kills the process and removes the log.
+struct NetNode {
+    name: String,
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    printed: Vec<Value>,
+    log: PathBuf,
+}
+
+impl NetNode {
+    /// Starts `exe` with `args`. Unless `RUST_LOG` says otherwise it logs
+    /// `constellation=debug`: membership changes and a state line every 5 s,
+    /// which is what a hung run's report needs, and nothing per activity.
+    fn start(exe: &Path, name: &str, args: &[&str]) -> Result<NetNode> {
+        let log = std::env::temp_dir().join(format!(
+            "constellation-bench-net-{}-{name}.log",
+            std::process::id()
+        ));
+        let stderr =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut command = Command::new(exe);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            // A log file, not a terminal.
+            .env("NO_COLOR", "1");
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "constellation=debug");
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {} as {name}", exe.display()))?;
+        let stdout = child.stdout.take().context("the child's piped stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // Anything that is not a JSON object reads as a string, so it
+                // can still be shown.
+                let value = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(NetNode {
+            name: name.to_string(),
+            child,
+            lines,
+            printed: Vec::new(),
+            log,
+        })
+    }
+
+    /// The next line whose `event` is `kind`, skipping others; fails on an
+    /// `error` line, at the end of its stdout or at `deadline`.
+    fn expect(&mut self, kind: &str, deadline: Instant) -> Result<Value> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let received = self.lines.recv_timeout(left);
+            if let Ok(value) = &received {
+                self.printed.push(value.clone());
+            }
+            match received {
+                Ok(value) if value["event"] == kind => return Ok(value),
+                Ok(value) if value["event"] == "error" => {
+                    bail!(
+                        "{} reported an error while {kind:?} was awaited: {value}",
+                        self.name
+                    )
+                }
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!(
+                        "{} printed no {kind:?} line within {NET_TIMEOUT:?} of the run's start",
+                        self.name
+                    )
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.try_wait().ok().flatten();
+                    bail!(
+                        "{} closed its stdout without a {kind:?} line ({})",
+                        self.name,
+                        status.map_or("still running".to_string(), |s| s.to_string())
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits for the process to exit, successfully, by `deadline`.
+    fn wait_success(&mut self, deadline: Instant) -> Result<()> {
+        loop {
+            match self.child.try_wait()? {
+                Some(status) if status.success() => return Ok(()),
+                Some(status) => bail!("{} failed: {status}", self.name),
+                None if Instant::now() >= deadline => {
+                    bail!(
+                        "{} did not exit within {NET_TIMEOUT:?} of the run's start",
+                        self.name
+                    )
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Kills the process if it still runs, and reaps it.
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Every line it printed on stdout so far.
+    fn stdout(&mut self) -> &[Value] {
+        self.printed.extend(self.lines.try_iter());
+        &self.printed
+    }
+
+    /// The last `count` lines of its stderr.
+    fn log_tail(&self, count: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(count)..].join("\n")
+    }
+}
+
+impl Drop for NetNode {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.log);
+    }
 }
 
 /// `chains` independent chains of `length` activities running `true`, as a

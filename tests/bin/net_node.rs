@@ -51,6 +51,16 @@ struct Args {
     /// Declare a silent member dead after this many milliseconds.
     #[arg(long, default_value_t = 3000)]
     failure_timeout_ms: u64,
+    /// The steal pool this node belongs to.
+    #[arg(long, default_value = "default")]
+    steal_pool: String,
+    /// The steal pool this node takes work from.
+    #[arg(long, default_value = "default")]
+    steal_from: String,
+    /// Times an activity may be handed out before it is given up when the
+    /// nodes running it die.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: u32,
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
@@ -88,6 +98,9 @@ fn main() -> Result<()> {
         master: args.master,
         failure_timeout: Duration::from_millis(args.failure_timeout_ms),
         max_steal: args.max_steal,
+        steal_pool: args.steal_pool.clone(),
+        steal_from: args.steal_from.clone(),
+        max_attempts: args.max_attempts,
         ..NodeConfig::default()
     };
     let context = args

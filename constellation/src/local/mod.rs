@@ -570,9 +570,8 @@ impl Shared {
 
     /// The shard holding `id`, an activity from another node, if it is here.
     fn remote_home(&self, id: ActivityId) -> Option<usize> {
-        if self.uplink.is_none() {
-            return None;
-        }
+        // Only a node of a networked pool takes in activities from elsewhere.
+        self.uplink.as_ref()?;
         self.remote_homes.lock().get(&id).copied()
     }
 
@@ -741,13 +740,26 @@ impl Pool {
             stealable: activity.may_be_stolen(),
             body: activity,
         };
+        if count == 0 {
+            // No executor here will drain an inbox for it: queue it now,
+            // where thieves from other nodes find it.
+            let mut effects = Effects::default();
+            let mut credit = 0;
+            let queued = shared.session(target, &mut credit, &mut effects, |core| {
+                core.submit(Origin::Outside, submission)
+            });
+            shared.perform(&mut effects, &mut credit);
+            shared.settle(&mut credit);
+            queued?;
+            return Ok(id);
+        }
         // Counted before anyone can see it, let alone finish it.
         shared.add_outstanding(1);
         shard.inbox.lock().push(submission);
         shard.inbox_pending.store(true, Ordering::SeqCst);
         // Spinning executors watch inboxes; parked ones must be woken. Pairs
         // with the announce-then-look-again in `wait_for_work`.
-        if count > 0 && shared.claim_idle(target) {
+        if shared.claim_idle(target) {
             shared.handoffs()[target].parker.notify();
         } else {
             shared.wake_idle_for(&contexts, target);
@@ -1226,7 +1238,10 @@ fn wait_for_work(
                     victim != index && shard.inbox_pending.load(Ordering::Relaxed)
                 })
         };
-        if handoff.parker.spin(news) == Spin::TimedOut {
+        // On a node of a networked pool, work comes from the driver thread,
+        // which needs the core a spinning executor would hold: park at once.
+        let networked = shared.uplink.is_some();
+        if networked || handoff.parker.spin(news) == Spin::TimedOut {
             // Announce, then look once more before parking: pairs with
             // `Pool::submit_boxed` and `wake_idle_for`, so either this thread
             // sees new work or whoever made it sees this one idle.

@@ -233,7 +233,17 @@ impl request_response::Codec for FrameCodec {
     where
         T: AsyncRead + Unpin + Send,
     {
-        Ok(read_frame(io, self.max_frame).await?)
+        match read_frame(io, self.max_frame).await {
+            Ok(request) => Ok(request),
+            // A frame the peer should never have sent: the driver hears of
+            // it (libp2p would drop the error after a debug line).
+            Err(
+                error @ (FrameError::TooLarge { .. }
+                | FrameError::Malformed(_)
+                | FrameError::TrailingBytes { .. }),
+            ) => Ok(Request::Malformed(error.to_string())),
+            Err(error) => Err(error.into()),
+        }
     }
 
     async fn read_response<T>(&mut self, _: &StreamProtocol, io: &mut T) -> io::Result<Response>
@@ -437,7 +447,20 @@ mod tests {
         };
         let mut codec = FrameCodec::new(1024);
         let protocol = StreamProtocol::new(PROTOCOL);
-        let err = futures::executor::block_on(codec.read_request(&protocol, &mut io)).unwrap_err();
+        // A request is handed to the driver as `Malformed`, to refuse the peer.
+        let request = futures::executor::block_on(codec.read_request(&protocol, &mut io)).unwrap();
+        match request {
+            Request::Malformed(reason) => {
+                assert!(reason.contains("exceeds the maximum"), "{reason}")
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+        // A response has nobody to refuse: it is an error.
+        let mut io = PrefixOnly {
+            data: u32::MAX.to_be_bytes().to_vec(),
+            pos: 0,
+        };
+        let err = futures::executor::block_on(codec.read_response(&protocol, &mut io)).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("exceeds the maximum"), "{err}");
     }

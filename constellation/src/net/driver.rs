@@ -25,7 +25,7 @@ use super::message::{Member, Notice, Request, Response, StealRequest, WireActivi
 use super::steal::{Candidate, Strategy, Throttle};
 use super::{MemberView, Node, NodeConfig, NodeError, Shared};
 use crate::context::ExecutorContext;
-use crate::core::{Place, Stolen};
+use crate::core::{MatchTable, Place, Stolen};
 use crate::event::{Event, Payload};
 use crate::id::{ActivityId, NodeId};
 use crate::local::{Arrival, Outgoing, Pool, PoolBuilder, Uplink, OFF_NODE};
@@ -111,8 +111,10 @@ pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
     let pool = Arc::new(builder.start_with_uplink(uplink)?);
     let keypair = identity::Keypair::generate_ed25519();
     let peer = keypair.public().to_peer_id();
+    let here = MatchTable::new(pool.executor_contexts());
     let shared = Arc::new(Shared {
         members: Mutex::new(Vec::new()),
+        offered: Mutex::new(Arc::new(here.clone())),
         stats: Mutex::new(NetStats::default()),
         lost: Mutex::new(Vec::new()),
         master_seen: Mutex::new((false, false)),
@@ -160,6 +162,7 @@ pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
         shared,
         peer,
         listening,
+        here,
     })
 }
 
@@ -169,6 +172,8 @@ struct MemberState {
     peer: PeerId,
     /// Since when it has been unreachable, if it is.
     unreachable_since: Option<Instant>,
+    /// When it was last dialled, to retry unreachable members now and then.
+    last_dial: Instant,
     /// It said it leaves: no more stealing from it.
     leaving: bool,
 }
@@ -216,6 +221,7 @@ struct Driver {
     stealing: bool,
     leaving: bool,
     last_report: Instant,
+    last_bootstrap: Instant,
 }
 
 impl Driver {
@@ -255,7 +261,15 @@ impl Driver {
                 ),
             })
             .map_err(|e| transport_error(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+            .with_swarm_config(|c| {
+                c.with_idle_connection_timeout(Duration::from_secs(3600))
+                    // Every request opens a substream; lazy negotiation sends
+                    // the protocol name and the request together instead of
+                    // waiting a round trip for the protocol to be confirmed.
+                    .with_substream_upgrade_protocol_override(
+                        libp2p::core::upgrade::Version::V1Lazy,
+                    )
+            })
             .build();
         swarm
             .listen_on(config.listen.clone())
@@ -313,6 +327,7 @@ impl Driver {
             stealing: true,
             leaving: false,
             last_report: Instant::now(),
+            last_bootstrap: Instant::now(),
         })
     }
 
@@ -432,11 +447,28 @@ impl Driver {
                 error,
                 ..
             } => {
-                self.stats.refused += 1;
-                tracing::warn!(from = %send_back_addr, %error, "refused a connection (wrong pool key, or not a constellation node?)");
+                let text = format!("{error:?}");
+                if text.contains("Timeout") {
+                    tracing::debug!(from = %send_back_addr, "an incoming connection timed out while coming up");
+                } else {
+                    self.stats.refused += 1;
+                    let why = if text.contains("different pool key") {
+                        "the peer has a different pool key"
+                    } else {
+                        "not a constellation node with this pool's key"
+                    };
+                    tracing::warn!(from = %send_back_addr, reason = why, "refused a connection");
+                }
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
-                tracing::warn!(?peer_id, %error, "could not connect");
+                let member = peer_id.and_then(|peer| self.by_peer.get(&peer).copied());
+                match member {
+                    Some(node) => {
+                        tracing::debug!(%node, %error, "could not connect to a member");
+                        self.unreachable(node);
+                    }
+                    None => tracing::warn!(?peer_id, %error, "could not connect"),
+                }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event { peer, result, .. })) => {
                 if let Some(node) = self.by_peer.get(&peer).copied() {
@@ -455,25 +487,62 @@ impl Driver {
         }
     }
 
+    /// Dials members without a connection again, and the bootstrap nodes
+    /// while no member is known, at most once a second each.
+    fn redial(&mut self, now: Instant) {
+        const EVERY: Duration = Duration::from_secs(1);
+        if self.members.is_empty() && now - self.last_bootstrap >= EVERY {
+            self.last_bootstrap = now;
+            for address in self.config.bootstrap.clone() {
+                let _ = self.swarm.dial(address);
+            }
+        }
+        let mut dials = Vec::new();
+        for member in self.members.values_mut() {
+            if member.leaving || now - member.last_dial < EVERY {
+                continue;
+            }
+            if self.swarm.is_connected(&member.peer) {
+                continue;
+            }
+            member.last_dial = now;
+            let addrs: Vec<Multiaddr> = member
+                .info
+                .addrs
+                .iter()
+                .filter_map(|a| a.parse().ok())
+                .collect();
+            dials.push((member.peer, addrs));
+        }
+        for (peer, addrs) in dials {
+            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
+                .addresses(addrs)
+                .build();
+            let _ = self.swarm.dial(opts);
+        }
+    }
+
     fn unreachable(&mut self, node: NodeId) {
         if let Some(member) = self.members.get_mut(&node) {
             member.unreachable_since.get_or_insert_with(Instant::now);
         }
     }
 
-    fn learn(&mut self, info: Member) {
+    /// Adds a member this node did not know; `dial` connects to it now
+    /// (otherwise it is expected to dial here). Returns whether it was new.
+    fn learn(&mut self, info: Member, dial: bool) -> bool {
         if info.node == self.node {
-            return;
+            return false;
         }
         let Ok(peer) = info.peer.parse::<PeerId>() else {
             tracing::warn!(peer = %info.peer, "a member sent an unreadable peer id");
-            return;
+            return false;
         };
         if self.members.contains_key(&info.node) {
-            return;
+            return false;
         }
         let connected = self.swarm.is_connected(&peer);
-        if !connected {
+        if !connected && dial {
             let addrs: Vec<Multiaddr> = info.addrs.iter().filter_map(|a| a.parse().ok()).collect();
             let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
                 .addresses(addrs)
@@ -489,13 +558,17 @@ impl Driver {
             MemberState {
                 info,
                 peer,
+                // Until a connection stands it is no steal target; it is
+                // declared dead only if a dial fails or a connection is lost.
                 unreachable_since: None,
+                last_dial: Instant::now(),
                 leaving: false,
             },
         );
         self.publish_members();
         // A new member may have work for executors that wait.
         self.try_steal();
+        true
     }
 
     fn publish_members(&self) {
@@ -510,6 +583,11 @@ impl Driver {
             })
             .collect();
         let master_present = views.iter().any(|m| m.master);
+        let mut offered: Vec<ExecutorContext> = self.pool.executor_contexts().to_vec();
+        for member in &views {
+            offered.extend(member.executors.iter().cloned());
+        }
+        *self.shared.offered.lock() = Arc::new(MatchTable::new(&offered));
         let mut members = self.shared.members.lock();
         *members = views;
         {
@@ -560,6 +638,7 @@ impl Driver {
 
     fn housekeeping(&mut self) {
         let now = Instant::now();
+        self.redial(now);
         let timeout = self.config.failure_timeout;
         let gone: Vec<(NodeId, bool)> = (self.members.values())
             .filter(|m| {
@@ -663,6 +742,12 @@ impl Driver {
     fn on_request(&mut self, peer: PeerId, request: Request, channel: ResponseChannel<Response>) {
         let known = self.by_peer.get(&peer).copied();
         match request {
+            Request::Malformed(reason) => {
+                self.stats.refused += 1;
+                tracing::warn!(%peer, %reason, "refused a frame; disconnecting the peer");
+                self.respond(channel, Response::Refused(reason));
+                let _ = self.swarm.disconnect_peer_id(peer);
+            }
             Request::Hello(member) => {
                 let members = (self.members.values()).map(|m| m.info.clone()).collect();
                 let member_peer = member.peer.clone();
@@ -673,11 +758,20 @@ impl Driver {
                     );
                     return;
                 }
-                self.learn(member);
+                if self.learn(member.clone(), true) {
+                    let others: Vec<NodeId> = (self.members.keys())
+                        .copied()
+                        .filter(|&node| node != member.node)
+                        .collect();
+                    for node in others {
+                        self.notify(node, Notice::Joined(member.clone()));
+                    }
+                }
                 let me = self.me.clone();
                 self.respond(channel, Response::Welcome { me, members });
             }
             _ if known.is_none() => {
+                // Usually a request that overtook the sender's hello.
                 self.respond(channel, Response::Refused("say hello first".into()));
             }
             Request::Steal(steal) => {
@@ -710,9 +804,9 @@ impl Driver {
     fn on_response(&mut self, peer: PeerId, request: OutboundRequestId, response: Response) {
         match response {
             Response::Welcome { me, members } => {
-                self.learn(me);
+                self.learn(me, true);
                 for member in members {
-                    self.learn(member);
+                    self.learn(member, true);
                 }
             }
             Response::Loot(loot) => {
@@ -740,7 +834,7 @@ impl Driver {
             }
             Response::Ack => {}
             Response::Refused(reason) => {
-                tracing::warn!(%peer, %reason, "a member refused a request");
+                tracing::debug!(%peer, %reason, "a member refused a request");
                 if let Some((context, _)) = self.steals.remove(&request) {
                     if let Some(throttle) = self.throttles.get_mut(&context) {
                         throttle.abandon();
@@ -755,6 +849,7 @@ impl Driver {
     fn candidates(&self) -> Vec<Candidate<NodeId>> {
         (self.members.values())
             .filter(|m| m.unreachable_since.is_none() && !m.leaving)
+            .filter(|m| self.swarm.is_connected(&m.peer))
             .filter(|m| m.info.steal_pool == self.config.steal_from)
             .map(|m| Candidate {
                 peer: m.info.node,
@@ -978,6 +1073,12 @@ impl Driver {
                     self.settle_export(id, &export);
                     self.give_up_upstream(id, reason);
                 }
+            }
+            Notice::Joined(member) => {
+                // Of each pair, the node with the smaller peer id dials, so
+                // two nodes that hear of each other at once connect once.
+                let dial = member.peer.as_str() > self.me.peer.as_str();
+                self.learn(member, dial);
             }
             Notice::Moved { id, at } => {
                 if id.origin() == self.node && at != self.node {
@@ -1236,7 +1337,10 @@ impl Driver {
     async fn leave(&mut self) {
         self.leaving = true;
         self.flush();
-        let peers: Vec<PeerId> = self.members.values().map(|m| m.peer).collect();
+        let peers: Vec<PeerId> = (self.members.values())
+            .map(|m| m.peer)
+            .filter(|peer| self.swarm.is_connected(peer))
+            .collect();
         let mut waiting: VecDeque<OutboundRequestId> = peers
             .iter()
             .map(|peer| self.request(*peer, Request::Leave))

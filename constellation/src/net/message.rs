@@ -25,6 +25,11 @@ pub enum Request {
     Deliver(Vec<Notice>),
     /// The sender leaves the pool: it runs nothing and holds nothing any more.
     Leave,
+    /// Never sent: what the codec hands the driver in place of a frame it
+    /// refused (malformed, or over the size limit), so the driver can count
+    /// it and cut the peer off. libp2p would only log a read error.
+    #[serde(skip)]
+    Malformed(String),
 }
 
 /// The answer to a [`Request`].
@@ -107,6 +112,9 @@ pub struct WireEvent {
 /// One item of a [`Request::Deliver`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Notice {
+    /// A member the sender just met: passed on to every member, so all
+    /// learn of a newcomer in one hop instead of waiting to be dialled.
+    Joined(Member),
     /// An event for an activity the receiver holds or knows the way to.
     Event(WireEvent),
     /// An activity the receiver exported (directly, or through a chain of

@@ -1,7 +1,7 @@
 //! The network driver: processes on one machine or many join into one pool
 //! over libp2p, and their executors steal work from each other.
 //!
-//! A [`Node`] is a local [`Pool`](crate::Pool) plus a driver thread that
+//! A [`Node`] is a local [`Pool`] plus a driver thread that
 //! runs a libp2p swarm. The pool keeps scheduling exactly as it does alone;
 //! when its executors run dry they ask other nodes for work, and events for
 //! activities elsewhere leave through the driver.
@@ -77,7 +77,7 @@ use parking_lot::Mutex;
 
 use crate::activity::Activity;
 use crate::context::ExecutorContext;
-use crate::core::SubmitError;
+use crate::core::{MatchTable, SubmitError};
 use crate::event::PayloadValue;
 use crate::id::{ActivityId, NodeId};
 use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
@@ -196,6 +196,9 @@ pub struct MemberView {
 /// What the driver thread and the node's handle share.
 pub(crate) struct Shared {
     pub(crate) members: Mutex<Vec<MemberView>>,
+    /// What every executor of the pool offers, this node's included, as
+    /// far as this node knows; rebuilt when members come and go.
+    pub(crate) offered: Mutex<Arc<MatchTable>>,
     pub(crate) stats: Mutex<NetStats>,
     pub(crate) lost: Mutex<Vec<(ActivityId, String)>>,
     /// Set once a master was known; cleared when it leaves or dies.
@@ -212,6 +215,8 @@ pub struct Node {
     shared: Arc<Shared>,
     peer: PeerId,
     listening: Vec<Multiaddr>,
+    /// What this node's executors offer.
+    here: MatchTable,
 }
 
 impl Node {
@@ -250,25 +255,13 @@ impl Node {
     /// leave this node and no executor here can run it.
     pub fn submit<A: Activity>(&self, activity: A) -> Result<ActivityId, NodeError> {
         let contexts = activity.context();
-        let here = crate::core::MatchTable::new(self.pool().executor_contexts());
+        let address = self.pool().address();
         if !activity.may_be_stolen() {
             // It stays on this node, so only this node's executors count.
-            here.check(self.pool().address(), &contexts, None)?;
-            return Ok(self.pool().submit(activity)?);
-        }
-        let anywhere = here.any_executor_can_run(&contexts)
-            || self.shared.members.lock().iter().any(|member| {
-                crate::core::MatchTable::new(&member.executors).any_executor_can_run(&contexts)
-            });
-        if !anywhere {
-            let mut offered: Vec<ExecutorContext> = self.pool().executor_contexts().to_vec();
-            for member in self.shared.members.lock().iter() {
-                offered.extend(member.executors.iter().cloned());
-            }
-            return Err(crate::core::MatchTable::new(&offered)
-                .check(self.pool().address(), &contexts, None)
-                .expect_err("nothing matched")
-                .into());
+            self.here.check(address, &contexts, None)?;
+        } else if !self.here.any_executor_can_run(&contexts) {
+            let offered = self.shared.offered.lock().clone();
+            offered.check(address, &contexts, None)?;
         }
         Ok(self.pool().submit(activity)?)
     }
