@@ -542,13 +542,19 @@ impl<T> Scheduler<T> {
     fn requeue(&mut self, slot: u32, owner: QueueOwner) {
         let entry = &mut self.slots[slot as usize];
         entry.generation = entry.generation.wrapping_add(1);
+        self.enqueue(slot, owner);
+    }
+
+    /// Puts the queued activity in `slot` on `owner`'s queue for each label
+    /// it names, as the newest entry.
+    fn enqueue(&mut self, slot: u32, owner: QueueOwner) {
         let entry = self.entry_ref(slot);
         let order = self.next_order;
         self.next_order += 1;
         let record = self.slots[slot as usize]
             .record
             .as_ref()
-            .expect("a requeued slot is occupied");
+            .expect("a queued slot is occupied");
         let queues = match owner {
             QueueOwner::Shared => &mut self.shared,
             QueueOwner::Own(executor) => &mut self.executors[executor].own,
@@ -619,21 +625,7 @@ impl<T> Scheduler<T> {
         self.counts.live += 1;
         self.counts.queued += 1;
         self.quiescence_reported = false;
-        let entry = self.entry_ref(slot);
-        let order = self.next_order;
-        self.next_order += 1;
-        let record = self.slots[slot as usize]
-            .record
-            .as_ref()
-            .expect("just allocated");
-        let queues = match owner {
-            QueueOwner::Shared => &mut self.shared,
-            QueueOwner::Own(executor) => &mut self.executors[executor].own,
-            QueueOwner::Pinned(executor) => &mut self.executors[executor].pinned,
-        };
-        for wanted in record.contexts.items() {
-            queues.push(wanted.label, wanted.sort_rank(), order, entry);
-        }
+        self.enqueue(slot, owner);
         slot
     }
 

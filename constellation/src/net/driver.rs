@@ -24,12 +24,13 @@ use super::codec::{FrameCodec, PROTOCOL};
 use super::message::{Member, Notice, Request, Response, StealRequest, WireActivity, WireEvent};
 use super::steal::{Candidate, Strategy, Throttle};
 use super::{MemberView, Node, NodeConfig, NodeError, Shared};
+use crate::activity::Activity;
 use crate::context::ExecutorContext;
 use crate::core::{MatchTable, Place, Stolen};
 use crate::event::{Event, Payload};
 use crate::id::{ActivityId, NodeId};
 use crate::local::{Arrival, Outgoing, Pool, PoolBuilder, Uplink, OFF_NODE};
-use crate::wire::{decode_activity, encode_activity};
+use crate::wire::{decode_activity, encode_activity, WireError};
 
 /// What the driver counts; [`Node::stats`] returns a copy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -994,30 +995,18 @@ impl Driver {
     /// Takes in one activity from a steal reply.
     fn import(&mut self, exporter: NodeId, wire: WireActivity) {
         let id = wire.id;
-        let body = match decode_activity(&wire.body) {
-            Ok(body) => body,
+        let mut stolen = match unpack(&wire, true) {
+            Ok(stolen) => stolen,
             Err(error) => {
                 tracing::error!(%id, from = %exporter, %error, "refused an activity; it goes back to its exporter");
                 self.stats.refused += 1;
-                self.notify(
-                    exporter,
-                    Notice::Returned {
-                        id,
-                        reason: error.to_string(),
-                    },
-                );
+                let reason = error.to_string();
+                self.notify(exporter, Notice::Returned { id, reason });
                 return;
             }
         };
-        let pending = wire.pending.into_iter().map(local_event).collect();
-        let stolen = Stolen {
-            id,
-            body,
-            contexts: wire.contexts,
-            stealable: true,
-            pending,
-            trail: vec![OFF_NODE],
-        };
+        // Who handed it over waits to hear that it finished.
+        stolen.trail = vec![OFF_NODE];
         if wire.attempt > 0 {
             self.attempts.insert(id, wire.attempt);
         }
@@ -1025,13 +1014,8 @@ impl Driver {
         if let Err(error) = self.pool.import(stolen) {
             tracing::error!(%id, %error, "could not take in a stolen activity");
             self.pop_import(id);
-            self.notify(
-                exporter,
-                Notice::Returned {
-                    id,
-                    reason: error.to_string(),
-                },
-            );
+            let reason = error.to_string();
+            self.notify(exporter, Notice::Returned { id, reason });
             return;
         }
         self.stats.imported += 1;
@@ -1103,22 +1087,8 @@ impl Driver {
     /// `stealable: false` keeps it on this node from now on.
     fn take_back(&mut self, id: ActivityId, export: Export, stealable: bool) {
         self.location.remove(&id);
-        match decode_activity(&export.copy.body) {
-            Ok(body) => {
-                let stolen = Stolen {
-                    id,
-                    body,
-                    contexts: export.copy.contexts.clone(),
-                    stealable,
-                    pending: export
-                        .copy
-                        .pending
-                        .iter()
-                        .cloned()
-                        .map(local_event)
-                        .collect(),
-                    trail: Vec::new(),
-                };
+        match unpack(&export.copy, stealable) {
+            Ok(stolen) => {
                 if let Err(error) = self.pool.reclaim(stolen, &export.trail) {
                     tracing::error!(%id, %error, "could not queue a returned activity again");
                 }
@@ -1202,27 +1172,13 @@ impl Driver {
             self.give_up_upstream(id, reason);
             return;
         }
-        let body = match decode_activity(&export.copy.body) {
-            Ok(body) => body,
+        let stolen = match unpack(&export.copy, true) {
+            Ok(stolen) => stolen,
             Err(error) => {
                 self.settle_export(id, &export);
                 self.give_up_upstream(id, format!("its copy no longer decodes: {error}"));
                 return;
             }
-        };
-        let stolen = Stolen {
-            id,
-            body,
-            contexts: export.copy.contexts.clone(),
-            stealable: true,
-            pending: export
-                .copy
-                .pending
-                .iter()
-                .cloned()
-                .map(local_event)
-                .collect(),
-            trail: Vec::new(),
         };
         self.attempts.insert(id, attempt);
         match self.pool.reclaim(stolen, &export.trail) {
@@ -1372,6 +1328,18 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// An activity off the wire, ready for the pool, with an empty trail.
+fn unpack(wire: &WireActivity, stealable: bool) -> Result<Stolen<Box<dyn Activity>>, WireError> {
+    Ok(Stolen {
+        id: wire.id,
+        body: decode_activity(&wire.body)?,
+        contexts: wire.contexts.clone(),
+        stealable,
+        pending: wire.pending.iter().cloned().map(local_event).collect(),
+        trail: Vec::new(),
+    })
 }
 
 fn wire_event(event: &Event) -> Result<WireEvent, crate::event::PayloadError> {
