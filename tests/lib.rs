@@ -508,3 +508,30 @@ impl Activity for TimedPlayer {
         Step::Suspend
     }
 }
+
+/// Runs `test` on its own thread and fails if it takes longer than `limit`,
+/// so a multi-node test cannot hang CI. Logs go to the test's output
+/// (`RUST_LOG` filters them).
+pub fn within_limit(limit: Duration, test: impl FnOnce() + Send + 'static) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let (done, finished) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(limit) {
+        Ok(()) => thread.join().expect("the test thread ended"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            // The test panicked: report its panic.
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the test took longer than {limit:?}")
+        }
+    }
+}

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use constellation::net::{Node, NodeConfig};
 use constellation::NodeId;
 use constellation::Pool;
+use constellation_workloads::within_limit;
 use libp2p::Multiaddr;
 
 /// Nodes in the pool, unless `CONSTELLATION_TEST_NODES` says otherwise.
@@ -34,29 +35,6 @@ const TEST_LIMIT: Duration = Duration::from_secs(60);
 
 /// How often membership is looked at.
 const POLL: Duration = Duration::from_millis(2);
-
-/// Runs `test` on its own thread and fails if it takes longer than
-/// [`TEST_LIMIT`], so nothing here can hang CI.
-fn within_limit(test: impl FnOnce() + Send + 'static) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let (done, finished) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(TEST_LIMIT) {
-        Ok(()) => thread.join().expect("the test thread ended"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test took longer than {TEST_LIMIT:?}"),
-    }
-}
 
 fn start(bootstrap: Vec<Multiaddr>) -> Node {
     Node::start(
@@ -97,7 +75,7 @@ fn one_sided(nodes: &[Node]) -> String {
 
 #[test]
 fn fifty_nodes_learn_each_other() {
-    within_limit(|| {
+    within_limit(TEST_LIMIT, || {
         let nodes_wanted = node_count();
         let began = Instant::now();
         let first = start(Vec::new());

@@ -12,7 +12,6 @@
 
 use std::io::{self, Write as _};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -22,7 +21,7 @@ use constellation::net::message::{Request, Response};
 use constellation::net::transport::build_transport;
 use constellation::net::{Node, NodeConfig, PoolKey};
 use constellation::Pool;
-use constellation_workloads::{fib_sequential, Fib};
+use constellation_workloads::{fib_sequential, within_limit, Fib};
 use futures::prelude::*;
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundFailure, ProtocolSupport};
@@ -272,30 +271,6 @@ impl RawClient {
 
 // ----- helpers ---------------------------------------------------------
 
-/// Runs `test` on its own thread and fails if it takes longer than
-/// [`TEST_LIMIT`], so nothing here can hang CI.
-fn within_limit(test: impl FnOnce() + Send + 'static) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let (done, finished) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(TEST_LIMIT) {
-        Ok(()) => thread.join().expect("the test thread ended"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The test panicked: report its panic.
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test took longer than {TEST_LIMIT:?}"),
-    }
-}
-
 fn start_node(key: &PoolKey, bootstrap: Vec<Multiaddr>) -> Node {
     Node::start(
         NodeConfig {
@@ -405,7 +380,7 @@ fn tcp_address(node: &Node) -> SocketAddr {
 /// a stranger is refused in words, and the node serves on afterwards.
 #[test]
 fn garbage_frames_fail_and_the_node_still_serves() {
-    within_limit(|| {
+    within_limit(TEST_LIMIT, || {
         let key = PoolKey::generate();
         let node = start_node(&key, Vec::new());
         let mut client = RawClient::new(&key, &node);
@@ -448,7 +423,7 @@ fn garbage_frames_fail_and_the_node_still_serves() {
 /// refused and cut off.
 #[test]
 fn garbage_frames_are_counted_and_cut_the_peer_off() {
-    within_limit(|| {
+    within_limit(TEST_LIMIT, || {
         let key = PoolKey::generate();
         let node = start_node(&key, Vec::new());
         let mut client = RawClient::new(&key, &node);
@@ -484,7 +459,7 @@ fn garbage_frames_are_counted_and_cut_the_peer_off() {
 /// the node serves on.
 #[test]
 fn tcp_garbage_is_refused_and_the_node_still_serves() {
-    within_limit(|| {
+    within_limit(TEST_LIMIT, || {
         let key = PoolKey::generate();
         let node = start_node(&key, Vec::new());
         let before = node.stats().refused;

@@ -548,6 +548,31 @@ impl Shared {
         }
     }
 
+    /// The executor next in turn among those that can run `contexts`, which
+    /// spreads outside work over them; `None` if none here can.
+    fn next_in_turn(&self, contexts: &ContextList) -> Option<usize> {
+        let count = self.matcher.executors_for(contexts).count();
+        if count == 0 {
+            return None;
+        }
+        let turn = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        self.matcher.executors_for(contexts).nth(turn % count)
+    }
+
+    /// The shard, in turn, that keeps work none of this node's executors
+    /// can run until a thief from another node takes it.
+    fn holding_shard(&self) -> usize {
+        self.round_robin.fetch_add(1, Ordering::Relaxed) % self.shards.len()
+    }
+
+    /// Hands one event for another node to the uplink.
+    fn send_off_node(&self, event: Event) {
+        self.flush(&mut Effects {
+            remote: vec![Outgoing::Event(event)],
+            ..Effects::default()
+        });
+    }
+
     /// Hands what must leave the node to the uplink, in one call.
     fn flush(&self, effects: &mut Effects) {
         if effects.remote.is_empty() {
@@ -721,15 +746,14 @@ impl Pool {
     pub fn submit_boxed(&self, activity: Boxed) -> Result<ActivityId, SubmitError> {
         let shared = &self.shared;
         let contexts = activity.context();
-        let candidates = || shared.matcher.executors_for(&contexts);
-        let count = candidates().count();
-        let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed);
-        let target = if count == 0 {
-            // A networked pool keeps it for executors on other nodes.
-            shared.admission.check(self.address, &contexts, None)?;
-            turn % shared.shards.len()
-        } else {
-            candidates().nth(turn % count).expect("turn is below count")
+        let runs_here = shared.next_in_turn(&contexts);
+        let target = match runs_here {
+            Some(executor) => executor,
+            None => {
+                // A networked pool keeps it for executors on other nodes.
+                shared.admission.check(self.address, &contexts, None)?;
+                shared.holding_shard()
+            }
         };
         let shard = &shared.shards[target];
         let counter = shard.outside_ids.fetch_add(1, Ordering::Relaxed);
@@ -740,7 +764,7 @@ impl Pool {
             stealable: activity.may_be_stolen(),
             body: activity,
         };
-        if count == 0 {
+        if runs_here.is_none() {
             // No executor here will drain an inbox for it: queue it now,
             // where thieves from other nodes find it.
             let mut effects = Effects::default();
@@ -779,21 +803,16 @@ impl Pool {
         match self.deliver_from_network(event) {
             Arrival::Delivered => Ok(()),
             Arrival::Gone(undeliverable) => Err(undeliverable),
-            Arrival::Away(event) | Arrival::Unknown(event)
-                if shared.uplink.is_some() && target.origin() != shared.node =>
-            {
-                shared.flush(&mut Effects {
-                    remote: vec![Outgoing::Event(event)],
-                    ..Effects::default()
-                });
+            // Moved off the node (only a networked pool has such pointers),
+            // or living on another node: the uplink sends it on.
+            Arrival::Away(event) => {
+                shared.send_off_node(event);
                 Ok(())
             }
-            Arrival::Away(event) => {
-                // Moved off the node: only the uplink knows where.
-                shared.flush(&mut Effects {
-                    remote: vec![Outgoing::Event(event)],
-                    ..Effects::default()
-                });
+            Arrival::Unknown(event)
+                if shared.uplink.is_some() && target.origin() != shared.node =>
+            {
+                shared.send_off_node(event);
                 Ok(())
             }
             Arrival::Unknown(event) => {
@@ -961,18 +980,10 @@ impl Pool {
         let shared = &self.shared;
         let handoffs = shared.handoffs();
         let contexts = stolen.contexts.clone();
-        let target = shared
-            .matcher
-            .executors_for(&contexts)
+        let target = (shared.matcher.executors_for(&contexts))
             .find(|&e| handoffs[e].idle.load(Ordering::Relaxed))
-            .or_else(|| {
-                let count = shared.matcher.executors_for(&contexts).count();
-                let turn = shared.round_robin.fetch_add(1, Ordering::Relaxed);
-                match count {
-                    0 => (shared.uplink.is_some()).then_some(turn % shared.shards.len()),
-                    _ => shared.matcher.executors_for(&contexts).nth(turn % count),
-                }
-            });
+            .or_else(|| shared.next_in_turn(&contexts))
+            .or_else(|| shared.uplink.is_some().then(|| shared.holding_shard()));
         let Some(target) = target else {
             return Err(shared
                 .matcher

@@ -118,7 +118,7 @@ pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
         offered: Mutex::new(Arc::new(here.clone())),
         stats: Mutex::new(NetStats::default()),
         lost: Mutex::new(Vec::new()),
-        master_seen: Mutex::new((false, false)),
+        master_seen: AtomicBool::new(false),
         changed: parking_lot::Condvar::new(),
     });
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -342,24 +342,23 @@ impl Driver {
 
     async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
         let mut housekeeping = tokio::time::interval(Duration::from_millis(100));
-        loop {
+        'run: loop {
             let retry = self.next_retry();
             tokio::select! {
                 event = self.swarm.select_next_some() => self.on_swarm_event(event),
-                command = inbox.recv() => match command {
-                    Some(Command::Leave) | None => break,
-                    Some(command) => {
-                        self.on_command(command);
-                        // Take whatever else is waiting, so notices batch.
-                        while let Ok(command) = inbox.try_recv() {
-                            if matches!(command, Command::Leave) {
-                                self.leave().await;
-                                return;
-                            }
-                            self.on_command(command);
+                command = inbox.recv() => {
+                    // The node handle is gone: leave as for `Leave`.
+                    let Some(first) = command else { break };
+                    // Take whatever else is waiting too, so notices batch.
+                    let mut next = Some(first);
+                    while let Some(command) = next {
+                        if matches!(command, Command::Leave) {
+                            break 'run;
                         }
+                        self.on_command(command);
+                        next = inbox.try_recv().ok();
                     }
-                },
+                }
                 _ = sleep_until(retry) => self.try_steal(),
                 _ = housekeeping.tick() => self.housekeeping(),
             }
@@ -397,6 +396,7 @@ impl Driver {
                 self.try_steal();
             }
             Command::StopStealing => self.stealing = false,
+            // `run` stops at a leave before it gets here.
             Command::Leave => {}
         }
     }
@@ -427,19 +427,8 @@ impl Driver {
                     tracing::debug!(%node, ?cause, "lost the connection to a member");
                     self.unreachable(node);
                     // Try to get it back before the timeout declares it dead.
-                    if let Some(member) = self.members.get(&node) {
-                        let addrs: Vec<Multiaddr> = member
-                            .info
-                            .addrs
-                            .iter()
-                            .filter_map(|a| a.parse().ok())
-                            .collect();
-                        if !member.leaving {
-                            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer_id)
-                                .addresses(addrs)
-                                .build();
-                            let _ = self.swarm.dial(opts);
-                        }
+                    if let Some(member) = self.members.get(&node).filter(|m| !m.leaving) {
+                        let _ = dial(&mut self.swarm, member.peer, &member.info);
                     }
                 }
             }
@@ -498,28 +487,15 @@ impl Driver {
                 let _ = self.swarm.dial(address);
             }
         }
-        let mut dials = Vec::new();
         for member in self.members.values_mut() {
-            if member.leaving || now - member.last_dial < EVERY {
-                continue;
-            }
-            if self.swarm.is_connected(&member.peer) {
+            if member.leaving
+                || now - member.last_dial < EVERY
+                || self.swarm.is_connected(&member.peer)
+            {
                 continue;
             }
             member.last_dial = now;
-            let addrs: Vec<Multiaddr> = member
-                .info
-                .addrs
-                .iter()
-                .filter_map(|a| a.parse().ok())
-                .collect();
-            dials.push((member.peer, addrs));
-        }
-        for (peer, addrs) in dials {
-            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
-                .addresses(addrs)
-                .build();
-            let _ = self.swarm.dial(opts);
+            let _ = dial(&mut self.swarm, member.peer, &member.info);
         }
     }
 
@@ -529,9 +505,9 @@ impl Driver {
         }
     }
 
-    /// Adds a member this node did not know; `dial` connects to it now
+    /// Adds a member this node did not know; `dial_now` connects to it now
     /// (otherwise it is expected to dial here). Returns whether it was new.
-    fn learn(&mut self, info: Member, dial: bool) -> bool {
+    fn learn(&mut self, info: Member, dial_now: bool) -> bool {
         if info.node == self.node {
             return false;
         }
@@ -542,13 +518,8 @@ impl Driver {
         if self.members.contains_key(&info.node) {
             return false;
         }
-        let connected = self.swarm.is_connected(&peer);
-        if !connected && dial {
-            let addrs: Vec<Multiaddr> = info.addrs.iter().filter_map(|a| a.parse().ok()).collect();
-            let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
-                .addresses(addrs)
-                .build();
-            if let Err(error) = self.swarm.dial(opts) {
+        if dial_now && !self.swarm.is_connected(&peer) {
+            if let Err(error) = dial(&mut self.swarm, peer, &info) {
                 tracing::warn!(node = %info.node, %error, "cannot dial a member");
             }
         }
@@ -591,12 +562,9 @@ impl Driver {
         *self.shared.offered.lock() = Arc::new(MatchTable::new(&offered));
         let mut members = self.shared.members.lock();
         *members = views;
-        {
-            let mut master = self.shared.master_seen.lock();
-            master.0 |= master_present;
-            master.1 = master_present;
+        if master_present {
+            self.shared.master_seen.store(true, Ordering::SeqCst);
         }
-        *self.shared.stats.lock() = self.stats.clone();
         self.shared.changed.notify_all();
     }
 
@@ -719,7 +687,7 @@ impl Driver {
             } => {
                 tracing::debug!(%peer, %error, "request failed");
                 if let Some((context, victim)) = self.steals.remove(&request_id) {
-                    let round = self.steal_round(&context);
+                    let round = self.steal_round();
                     if let Some(throttle) = self.throttles.get_mut(&context) {
                         throttle.replied(&victim, 0, round, Instant::now());
                     }
@@ -827,7 +795,7 @@ impl Driver {
                         self.import(exporter, activity);
                     }
                 }
-                let round = self.steal_round(&context);
+                let round = self.steal_round();
                 if let Some(throttle) = self.throttles.get_mut(&context) {
                     throttle.replied(&victim, taken, round, Instant::now());
                 }
@@ -861,11 +829,10 @@ impl Driver {
     }
 
     /// How many victims a full round of empty replies takes.
-    fn steal_round(&self, _context: &ExecutorContext) -> usize {
-        let candidates = self.candidates();
+    fn steal_round(&self) -> usize {
         match self.config.strategy {
             Strategy::MasterWorker => 1,
-            _ => candidates.len(),
+            _ => self.candidates().len(),
         }
     }
 
@@ -944,29 +911,24 @@ impl Driver {
         let stolen = self.pool.export(&steal.thief, max);
         let mut loot = Vec::with_capacity(stolen.len());
         let mut bytes = 0usize;
+        let limit = self.config.max_frame / 2;
         for activity in stolen {
             let id = activity.id;
-            let encoded = encode_activity(&*activity.body);
-            let pending: Result<Vec<WireEvent>, _> =
-                activity.pending.iter().map(wire_event).collect();
-            let (body, pending) = match (encoded, pending) {
-                (Ok(body), Ok(pending)) if bytes + body.len() < self.config.max_frame / 2 => {
-                    (body, pending)
+            let (body, pending) = match pack(&activity) {
+                Ok((body, pending)) if bytes + body.len() < limit => (body, pending),
+                Ok(_) if bytes > 0 => {
+                    // Too big for this reply; the next one can carry it.
+                    self.keep(activity, true);
+                    continue;
                 }
-                (encoded, pending) => {
-                    if let Err(error) = encoded {
-                        tracing::error!(%id, %error, "an activity cannot be encoded; it stays here");
-                    } else if let Err(error) = pending {
-                        tracing::error!(%id, %error, "an event for an activity cannot be encoded; the activity stays here");
-                    }
-                    // Too big for this reply, or cannot travel: keep it here.
-                    let trail = activity.trail.clone();
-                    let stay = activity.stealable && bytes > 0;
-                    let mut activity = activity;
-                    activity.stealable = stay;
-                    if let Err(error) = self.pool.reclaim(activity, &trail) {
-                        tracing::error!(%id, %error, "could not keep an activity that cannot travel");
-                    }
+                Ok(_) => {
+                    tracing::error!(%id, limit, "an activity is too large to travel in a frame; it stays here");
+                    self.keep(activity, false);
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%id, %error, "an activity cannot be encoded; it stays here");
+                    self.keep(activity, false);
                     continue;
                 }
             };
@@ -990,6 +952,17 @@ impl Driver {
         }
         self.stats.exported += loot.len() as u64;
         loot
+    }
+
+    /// Queues an activity taken for export here again; `stealable: false`
+    /// keeps it on this node from now on.
+    fn keep(&mut self, mut activity: Stolen<Box<dyn Activity>>, stealable: bool) {
+        let id = activity.id;
+        let trail = std::mem::take(&mut activity.trail);
+        activity.stealable &= stealable;
+        if let Err(error) = self.pool.reclaim(activity, &trail) {
+            tracing::error!(%id, %error, "could not keep an activity that did not leave");
+        }
     }
 
     /// Takes in one activity from a steal reply.
@@ -1323,11 +1296,34 @@ impl Driver {
     }
 }
 
+/// Dials a member at the addresses it announced.
+fn dial(
+    swarm: &mut Swarm<Behaviour>,
+    peer: PeerId,
+    member: &Member,
+) -> Result<(), libp2p::swarm::DialError> {
+    let addrs = member.addrs.iter().filter_map(|a| a.parse().ok()).collect();
+    let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(peer)
+        .addresses(addrs)
+        .build();
+    swarm.dial(opts)
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// An activity's state and buffered events, encoded for the wire.
+fn pack(activity: &Stolen<Box<dyn Activity>>) -> Result<(Vec<u8>, Vec<WireEvent>), String> {
+    let body = encode_activity(&*activity.body).map_err(|error| error.to_string())?;
+    let pending = (activity.pending.iter())
+        .map(wire_event)
+        .collect::<Result<_, _>>()
+        .map_err(|error| format!("an event waiting for it: {error}"))?;
+    Ok((body, pending))
 }
 
 /// An activity off the wire, ready for the pool, with an empty trail.

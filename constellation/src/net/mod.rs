@@ -201,8 +201,8 @@ pub(crate) struct Shared {
     pub(crate) offered: Mutex<Arc<MatchTable>>,
     pub(crate) stats: Mutex<NetStats>,
     pub(crate) lost: Mutex<Vec<(ActivityId, String)>>,
-    /// Set once a master was known; cleared when it leaves or dies.
-    pub(crate) master_seen: Mutex<(bool, bool)>,
+    /// Set once a master was a member; whether it still is, `members` says.
+    pub(crate) master_seen: std::sync::atomic::AtomicBool,
     pub(crate) changed: parking_lot::Condvar,
 }
 
@@ -303,8 +303,11 @@ impl Node {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut members = self.shared.members.lock();
         loop {
-            let (seen, present) = *self.shared.master_seen.lock();
-            if seen && !present {
+            let seen = self
+                .shared
+                .master_seen
+                .load(std::sync::atomic::Ordering::SeqCst);
+            if seen && !members.iter().any(|member| member.master) {
                 return true;
             }
             match deadline {
