@@ -180,10 +180,21 @@ fn distributed_fib_22_is_right_with_random_and_master_worker_stealing() {
             .iter()
             .map(|s| s["imported"].as_u64().unwrap())
             .collect();
-        assert!(
-            imported.iter().all(|&n| n > 0),
-            "{strategy}: every worker stole: {imported:?}"
-        );
+        // Under master-worker only the master is asked: a worker that took
+        // the big subtrees keeps their children, and the other may find the
+        // master's queue empty every time it asks in a 0.2 s run (seen 2 in
+        // 25 runs). Random stealing lets every worker find work.
+        if strategy == "random" {
+            assert!(
+                imported.iter().all(|&n| n > 0),
+                "{strategy}: every worker stole: {imported:?}"
+            );
+        } else {
+            assert!(
+                imported.iter().sum::<u64>() > 0,
+                "{strategy}: workers stole: {imported:?}"
+            );
+        }
         assert_eq!(sum(&stats, "undeliverable"), 0, "{strategy}");
         println!("{strategy}: {result} {stats:?}");
     }
