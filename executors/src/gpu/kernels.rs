@@ -106,8 +106,9 @@ const BLOCK: u32 = 256;
 /// Large enough to fill any current GPU many times over.
 const MAX_BLOCKS: usize = 1 << 16;
 
-/// A launch over `n` elements for a grid-stride kernel.
-fn launch_config(n: usize) -> LaunchConfig {
+/// A launch over `n` elements for a grid-stride kernel: 256 threads per
+/// block, at most 65,536 blocks.
+pub fn launch_config(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS);
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
@@ -387,7 +388,7 @@ pub fn gaussian_blur_cpu(
 
 /// A failed launch, or a kernel that failed while running (reported when
 /// the stream is synchronized).
-fn launched(kernel: &str, error: cudarc::driver::DriverError) -> GpuError {
+pub fn launched(kernel: &str, error: cudarc::driver::DriverError) -> GpuError {
     GpuError::Launch(format!("{kernel}: {}", super::describe(error)))
 }
 

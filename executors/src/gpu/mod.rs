@@ -77,6 +77,8 @@ pub use kernels::{
     difference_image, difference_image_cpu, gaussian_blur, gaussian_blur_cpu, gaussian_weights,
     saxpy, saxpy_cpu, CONVOLVE_COLUMNS, CONVOLVE_ROWS, DIFFERENCE_IMAGE, MAX_BLUR_SIGMA, SAXPY,
 };
+/// Building blocks for applications' own kernels (see `apps/supernova`).
+pub use kernels::{launch_config, launched};
 
 /// The label every GPU executor offers; activities that need some GPU ask
 /// for it.
@@ -311,7 +313,7 @@ fn query_info(ordinal: usize) -> Result<GpuInfo, GpuError> {
 
 /// Turns a driver error into [`GpuError::Driver`] naming `call`, with the
 /// CUDA error's name and description.
-fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
+pub fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
     move |error| GpuError::Driver(format!("{call}: {}", describe(error)))
 }
 
@@ -330,7 +332,7 @@ fn describe(error: DriverError) -> String {
 /// `call`. cudarc panics instead of returning an error when, for example, an
 /// older driver lacks a symbol it loads; a GPU problem must not take the
 /// executor thread with it.
-fn guarded<T>(
+pub fn guarded<T>(
     call: &'static str,
     work: impl FnOnce() -> Result<T, GpuError>,
 ) -> Result<T, GpuError> {
