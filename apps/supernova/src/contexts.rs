@@ -198,10 +198,10 @@ mod tests {
         assert_eq!(text(Placement::AnywhereSorted), "anywhere=812");
         assert_eq!(text(Placement::Location), "site:vu3");
         assert_eq!(text(Placement::LocationSorted), "site:vu3=812");
-        assert_eq!(text(Placement::Locations), "site:vu3=812|site:vu4=812");
+        assert_eq!(text(Placement::Locations), "site:vu3=812 | site:vu4=812");
         assert_eq!(
             text(Placement::LocationsAnywhere),
-            "site:vu3=812|site:vu4=812|anywhere=812"
+            "site:vu3=812 | site:vu4=812 | anywhere=812"
         );
     }
 

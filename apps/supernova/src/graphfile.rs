@@ -49,7 +49,11 @@ pub fn graph(manifest: &Manifest, options: &GraphOptions) -> String {
     );
     for pair in &manifest.pairs {
         let work = options.work_root.join(&pair.id);
-        let context = options.placement.activity_context(pair).to_string();
+        let context = options
+            .placement
+            .activity_context(pair)
+            .to_string()
+            .replace(' ', "");
         let mut node = |id: String, script: &str, args: Vec<String>, after: Vec<String>| {
             let _ = writeln!(out, "[[activity]]\nid = {}", quoted(&id));
             let _ = writeln!(out, "command = {}", path(&options.scripts.join(script)));
