@@ -20,12 +20,16 @@
 #                   processes over loopback, 1 executor each, with the p99
 #   net_fib         fib(27) (635,621 activities) across 3 net-node processes of 2 executors,
 #                   random stealing over loopback: seconds and activities/s
+#   supernova       the supernova pipeline on the demo data (6 pairs, 512-1280 px): wall seconds
+#                   of the sequential reference, the monolithic version (2 executors x 1 thread,
+#                   and 1 executor x 2 threads) and the many-task version (2 executors), with the
+#                   many-task speedup over the sequential reference
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains
-     net_steal net_event_rtt net_fib)
+     net_steal net_event_rtt net_fib supernova)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -42,7 +46,49 @@ esac
 case " ${names[*]} " in
   *" net_"*) cargo build --release --quiet -p constellation-workloads --bin net-node ;;
 esac
+
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+# The supernova pipeline's versions on the demo data; "wall clock" is the
+# run alone (no data generation, journal or plot).
+supernova_bench() {
+  cargo build --release --quiet -p supernova
+  local bin=target/release/supernova scratch data runs=${BENCH_RUNS:-5}
+  scratch=$(mktemp -d)
+  data="$scratch/data"
+  "$bin" generate --out "$data" >/dev/null 2>&1
+  declare -A walls
+  local versions=("sequential" "monolithic -n 2" "monolithic -n 1 --threads 2" "many-task -n 2")
+  declare -A names=(["sequential"]=supernova_sequential ["monolithic -n 2"]=supernova_monolithic_2x1
+    ["monolithic -n 1 --threads 2"]=supernova_monolithic_1x2 ["many-task -n 2"]=supernova_many_task)
+  for run in $(seq "$runs"); do
+    for version in "${versions[@]}"; do
+      local out="$scratch/run-$run-${version// /_}"
+      # shellcheck disable=SC2086 # the version string holds its flags
+      wall=$("$bin" run --data "$data" --out "$out" --version $version 2>/dev/null |
+        awk '/^wall clock/ {print $3}')
+      echo "supernova run $run, $version: $wall s" >&2
+      walls["$version"]+="$wall "
+    done
+  done
+  for version in "${versions[@]}"; do
+    local name=${names[$version]} value
+    value=$(tr ' ' '\n' <<<"${walls[$version]}" | grep . | median)
+    printf '{"bench":"%s","value":%s,"unit":"s","higher_is_better":false}\n' "$name" "$value"
+  done
+  local sequential many
+  sequential=$(tr ' ' '\n' <<<"${walls[sequential]}" | grep . | median)
+  many=$(tr ' ' '\n' <<<"${walls[many-task -n 2]}" | grep . | median)
+  printf '{"bench":"supernova_speedup","value":%s,"unit":"x","higher_is_better":true}\n' \
+    "$(awk -v s="$sequential" -v m="$many" 'BEGIN {printf "%.2f", s / m}')"
+  rm -rf "$scratch"
+}
+
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do
-  target/release/constellation-bench "$name"
+  if [ "$name" = supernova ]; then
+    supernova_bench
+  else
+    target/release/constellation-bench "$name"
+  fi
 done

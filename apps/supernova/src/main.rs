@@ -15,7 +15,7 @@ use supernova::generate::{self, GenerateConfig};
 use supernova::graphfile::{self, GraphOptions};
 use supernova::manifest::Manifest;
 use supernova::pipeline::PairOutcome;
-use supernova::record::{self, StepTable};
+use supernova::record::{RunJournal, StepTable};
 use supernova::run::{self, RunOptions, RunRecord, Version};
 use supernova::score;
 use supernova::steps::{self, CopyPolicy, Epoch};
@@ -390,14 +390,17 @@ fn run_and_report(data: &Path, out: &Path, pool: &PoolArgs) -> Result<bool> {
         }
         Err(e) => eprintln!("  [{done}/{total}] {}: FAILED: {e}", o.pair),
     };
+    let journal = out.join("journal.db");
+    let description = format!("supernova {} {}", pool.version, data.display());
+    let run_journal = RunJournal::begin(&journal, &description)
+        .with_context(|| format!("creating {}", journal.display()))?;
     let record = run::run(&manifest, &pairs, &options, &mut progress)?;
     print_candidates(&record);
     let ok = print_score(data, &record)?;
     println!("\ntime per step ({} version):", pool.version);
     println!("{}", StepTable::of(&record));
-    let journal = out.join("journal.db");
-    let description = format!("supernova {} {}", pool.version, data.display());
-    record::write_journal(&journal, &record, pool.version, &description)
+    run_journal
+        .finish(&record, pool.version)
         .with_context(|| format!("writing {}", journal.display()))?;
     let plot = out.join("utilization.png");
     let report = gluein::report::Report::from_journal(&journal::Journal::open(&journal)?, None)?;

@@ -27,61 +27,78 @@ fn activities(record: &RunRecord, version: Version) -> Vec<&StepTiming> {
         .collect()
 }
 
-/// Writes `record` as a new journal at `path` (which must not exist).
-pub fn write_journal(
-    path: &Path,
-    record: &RunRecord,
-    version: Version,
-    description: &str,
-) -> Result<(), journal::JournalError> {
-    let host = executors::probe::hostname();
-    let mut journal = Journal::create(path)?;
-    let run = journal.begin_run(&NewRun {
-        graph_path: description.to_string(),
-        graph_spec: String::new(),
-        graph_hash: String::new(),
-        host: host.clone(),
-        command_line: std::env::args().collect::<Vec<_>>().join(" "),
-        output_dir: String::new(),
-    })?;
-    let executors: Vec<ExecutorRow> = record
-        .executors
-        .iter()
-        .map(|e| ExecutorRow {
-            executor: e.index as i64,
-            node: host.clone(),
-            labels: e.labels.clone(),
-            cores: e.cores as i64,
-        })
-        .collect();
-    journal.record_executors(run, &executors)?;
-    let timings = activities(record, version);
-    let declared: Vec<ActivityDecl> = timings
-        .iter()
-        .map(|t| ActivityDecl {
-            id: t.id.clone(),
-            kind: t.kind.clone(),
-            spec_hash: String::new(),
-            context: t.labels.clone(),
-            after: Vec::new(),
-            rerun: true,
-        })
-        .collect();
-    journal.declare(run, &declared)?;
-    let updates: Vec<ActivityUpdate> = timings
-        .iter()
-        .map(|t| update(run, t, &host, &record.executors))
-        .collect();
-    journal.record(run, &updates)?;
-    let failed = record.outcomes.iter().any(|o| o.result.is_err());
-    journal.end_run(
-        run,
-        if failed {
-            RunStatus::Failed
-        } else {
-            RunStatus::Succeeded
-        },
-    )
+/// A journal for one run, opened when the run starts so that it records
+/// the run's real start time.
+pub struct RunJournal {
+    journal: Journal,
+    run: i64,
+    host: String,
+}
+
+impl RunJournal {
+    /// Creates a new journal at `path` (which must not exist) and starts a
+    /// run described as `description`.
+    pub fn begin(path: &Path, description: &str) -> Result<RunJournal, journal::JournalError> {
+        let host = executors::probe::hostname();
+        let mut journal = Journal::create(path)?;
+        let run = journal.begin_run(&NewRun {
+            graph_path: description.to_string(),
+            graph_spec: String::new(),
+            graph_hash: String::new(),
+            host: host.clone(),
+            command_line: std::env::args().collect::<Vec<_>>().join(" "),
+            output_dir: String::new(),
+        })?;
+        Ok(RunJournal { journal, run, host })
+    }
+
+    /// Records what the run did: its executors, and each activity with its
+    /// one attempt (steps, or pairs for the monolithic version).
+    pub fn finish(
+        mut self,
+        record: &RunRecord,
+        version: Version,
+    ) -> Result<(), journal::JournalError> {
+        let (run, host) = (self.run, self.host.clone());
+        let executors: Vec<ExecutorRow> = record
+            .executors
+            .iter()
+            .map(|e| ExecutorRow {
+                executor: e.index as i64,
+                node: host.clone(),
+                labels: e.labels.clone(),
+                cores: e.cores as i64,
+            })
+            .collect();
+        self.journal.record_executors(run, &executors)?;
+        let timings = activities(record, version);
+        let declared: Vec<ActivityDecl> = timings
+            .iter()
+            .map(|t| ActivityDecl {
+                id: t.id.clone(),
+                kind: t.kind.clone(),
+                spec_hash: String::new(),
+                context: t.labels.clone(),
+                after: Vec::new(),
+                rerun: true,
+            })
+            .collect();
+        self.journal.declare(run, &declared)?;
+        let updates: Vec<ActivityUpdate> = timings
+            .iter()
+            .map(|t| update(run, t, &host, &record.executors))
+            .collect();
+        self.journal.record(run, &updates)?;
+        let failed = record.outcomes.iter().any(|o| o.result.is_err());
+        self.journal.end_run(
+            run,
+            if failed {
+                RunStatus::Failed
+            } else {
+                RunStatus::Succeeded
+            },
+        )
+    }
 }
 
 fn update(
