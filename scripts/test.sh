@@ -21,7 +21,7 @@ for component in rustfmt clippy; do
 done
 cargo --version
 
-step "checking MPI (mpich, libmpich-dev, libclang-dev)"
+step "checking MPI (mpich, libmpich-dev, libclang-dev) and a C toolchain (cfitsio is built from source)"
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for package in mpich libmpich-dev libclang-dev; do
@@ -29,6 +29,8 @@ if command -v dpkg >/dev/null 2>&1; then
     status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
     [ "$status" = "install ok installed" ] || missing+=("$package")
   done
+  # The supernova app's FITS library (cfitsio) builds with make and cc.
+  command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 elif ! command -v mpicc >/dev/null 2>&1; then
   echo "test.sh: no mpicc and no apt to install MPICH; install an MPI (mpich) and libclang" >&2
   exit 1
