@@ -5,3 +5,16 @@
 
 pub mod clock;
 pub mod report;
+
+/// Sends `tracing` output to stderr at the level `RUST_LOG` asks for,
+/// `warn` by default: what the command-line tools print besides their
+/// own output.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}

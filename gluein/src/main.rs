@@ -29,13 +29,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    gluein::init_logging();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run(args) => commands::run::main(args),

@@ -110,20 +110,6 @@ pub enum AlignError {
     },
 }
 
-/// The inverse of an affine map (B's frame to A's, say), or `None` if it is
-/// singular. The pipeline needs it to put B's detections into A's frame.
-pub fn invert(t: &Affine) -> Option<Affine> {
-    let [a, b, c, d, e, f] = t.coefficients;
-    let det = a * e - b * d;
-    if !(det.abs() > 1e-12 && det.is_finite()) {
-        return None;
-    }
-    let (ia, ib, id, ie) = (e / det, -b / det, -d / det, a / det);
-    Some(Affine {
-        coefficients: [ia, ib, -(ia * c + ib * f), id, ie, -(id * c + ie * f)],
-    })
-}
-
 /// A matched pair: indices into the A and B star lists.
 type Pair = (usize, usize);
 
@@ -212,17 +198,7 @@ fn usable_stars<'a>(d: &'a Detection, p: &AlignParams) -> Vec<&'a Source> {
 
 /// Rotation about `c` by `deg` degrees followed by a shift `(tx, ty)`.
 fn rotation_shift(c: (f64, f64), deg: f64, tx: f64, ty: f64) -> Affine {
-    let (s, co) = deg.to_radians().sin_cos();
-    Affine {
-        coefficients: [
-            co,
-            -s,
-            c.0 - co * c.0 + s * c.1 + tx,
-            s,
-            co,
-            c.1 - s * c.0 - co * c.1 + ty,
-        ],
-    }
+    Affine::rotation_about(c, deg, (tx, ty))
 }
 
 /// Rotation and translation from offset voting (identity-free: the best
@@ -524,13 +500,14 @@ mod tests {
     #[test]
     fn inverse_undoes_the_map() {
         let t = rotation_shift((100.0, 50.0), 0.3, 4.0, -7.0);
-        let i = invert(&t).unwrap();
+        let i = t.inverse().unwrap();
         let (u, v) = t.apply(12.0, 345.0);
         let (x, y) = i.apply(u, v);
         assert!((x - 12.0).abs() < 1e-9 && (y - 345.0).abs() < 1e-9);
-        assert!(invert(&Affine {
+        assert!(Affine {
             coefficients: [0.0; 6]
-        })
+        }
+        .inverse()
         .is_none());
     }
 

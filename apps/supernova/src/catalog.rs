@@ -152,12 +152,30 @@ pub struct Candidate {
 }
 
 impl Affine {
+    /// A rotation by `degrees` (counter-clockwise in pixel coordinates)
+    /// about `centre`, followed by a shift: how a telescope's pointing
+    /// moves between epochs.
+    pub fn rotation_about(centre: (f64, f64), degrees: f64, shift: (f64, f64)) -> Affine {
+        let (s, co) = degrees.to_radians().sin_cos();
+        let (cx, cy) = centre;
+        Affine {
+            coefficients: [
+                co,
+                -s,
+                cx - co * cx + s * cy + shift.0,
+                s,
+                co,
+                cy - s * cx - co * cy + shift.1,
+            ],
+        }
+    }
+
     /// The map that undoes this one, or `None` if it squashes the plane
     /// (determinant zero or not finite).
     pub fn inverse(&self) -> Option<Affine> {
         let [a, b, c, d, e, f] = self.coefficients;
         let det = a * e - b * d;
-        if det == 0.0 || !det.is_finite() {
+        if !(det.abs() > 1e-12 && det.is_finite()) {
             return None;
         }
         let (ia, ib, id, ie) = (e / det, -b / det, -d / det, a / det);

@@ -243,13 +243,7 @@ enum StepCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    gluein::init_logging();
     let outcome = match Cli::parse().command {
         Command::Demo(args) => demo(args),
         Command::Generate(args) => generate_cmd(args).map(|_| ExitCode::SUCCESS),

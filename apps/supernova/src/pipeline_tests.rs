@@ -1,7 +1,7 @@
 //! End-to-end tests: detect → align → equalise → tiles → significance →
 //! residuals → recombine → classify on simulated image pairs.
 
-use crate::align::{align, invert, AlignParams};
+use crate::align::{align, AlignParams};
 use crate::catalog::{Affine, Alignment, Candidate, Detection, Residual, Verdict};
 use crate::classify::{classify, ClassifyParams};
 use crate::compare::{find_residuals, significance, CompareParams};
@@ -72,7 +72,7 @@ pub fn prepare(a: &Image, b: &Image) -> Prepared {
     lap("equalize A", &mut t);
     let pb = equalize_b(b, &alignment, w, h, &EqualizeParams::default());
     lap("equalize B", &mut t);
-    let b_to_a = invert(&alignment.a_to_b).expect("invertible");
+    let b_to_a = alignment.a_to_b.inverse().expect("invertible");
     let cands: Vec<(f64, f64)> = det_b
         .sources
         .iter()
@@ -150,17 +150,7 @@ fn flux_for_snr(snr: f64, fwhm: f64, sky_a: f64, sky_b: f64, scale: f64) -> f64 
 
 fn rotation(w: usize, h: usize, deg: f64, tx: f64, ty: f64) -> Affine {
     let c = ((w as f64 - 1.0) / 2.0, (h as f64 - 1.0) / 2.0);
-    let (s, co) = deg.to_radians().sin_cos();
-    Affine {
-        coefficients: [
-            co,
-            -s,
-            c.0 - co * c.0 + s * c.1 + tx,
-            s,
-            co,
-            c.1 - s * c.0 - co * c.1 + ty,
-        ],
-    }
+    Affine::rotation_about(c, deg, (tx, ty))
 }
 
 /// Injected supernovae and how the pipeline did on them.
@@ -499,7 +489,7 @@ fn diagnose(a: &Image, b: &Image, out: &Outcome, x: f64, y: f64) -> String {
             smin = smin.min(sig.snr.get(xx, yy));
         }
     }
-    let b_to_a = invert(&al.a_to_b).unwrap();
+    let b_to_a = al.a_to_b.inverse().unwrap();
     let ex = exclusions(&out.det_a, &out.det_b, &b_to_a, fwhm);
     let base = CompareParams::default();
     let variants: [(&str, CompareParams); 4] = [

@@ -2,21 +2,11 @@
 //! graph under `constellation run` give the same candidates as the Rust
 //! many-task version, and bad input gets a clear error, not a panic.
 
+mod common;
+use common::scratch;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-fn scratch(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "supernova-cli-{}-{name}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn supernova(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_supernova"))

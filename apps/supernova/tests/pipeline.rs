@@ -2,8 +2,10 @@
 //! accuracy meets its targets, placement strategies place, and the GPU
 //! label falls back cleanly where there is no GPU.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+use common::scratch;
+
+use std::path::Path;
 
 use supernova::catalog::{Candidate, Verdict};
 use supernova::contexts::{Engine, Placement};
@@ -12,18 +14,6 @@ use supernova::manifest::Manifest;
 use supernova::run::{self, RunOptions, RunRecord, Version};
 use supernova::score;
 use supernova::truth::Truth;
-
-fn scratch(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "supernova-test-{}-{name}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn small_config(seed: u64) -> GenerateConfig {
     GenerateConfig {
