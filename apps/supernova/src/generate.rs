@@ -70,8 +70,9 @@
 //!   added where too few qualify.
 //!
 //! Truth S/N is defined in [`crate::truth`]:
-//! `|ΔF| / sqrt(4πσ²(nA² + nB²) + |ΔF|/g)` with σ the broader PSF's
-//! Gaussian-equivalent sigma and nA, nB the sky noise per pixel
+//! `|ΔF| / sqrt(NEA (nA² + nB²) + |ΔF|/g)` with NEA the noise-equivalent
+//! area of the broader PSF (Moffat wings included) and nA, nB the sky
+//! noise per pixel
 //! `sqrt(sky/g + (RN/g)²)`, B's divided by its transparency.
 
 use std::f64::consts::PI;
@@ -527,9 +528,13 @@ impl Scene {
         }
     }
 
-    /// The broader of the two PSFs' Gaussian-equivalent sigmas.
-    fn sigma(&self) -> f64 {
-        self.a.psf.sigma().max(self.b.psf.sigma())
+    /// The noise-equivalent area of the broader PSF: the difference image
+    /// has (about) that PSF once the sharper image is matched to it.
+    fn noise_area(&self) -> f64 {
+        self.a
+            .psf
+            .noise_equivalent_area()
+            .max(self.b.psf.noise_equivalent_area())
     }
 
     fn inside_margin(&self, x: f64, y: f64) -> bool {
@@ -572,7 +577,7 @@ pub(crate) fn draw_scene(
 ) -> Scene {
     let mut rng = stream(config.seed, Purpose::Scene, index as u64, 0);
     let (a, b, a_to_b) = draw_conditions(&mut rng, width, height);
-    let faint = FAINT_SNR * (4.0 * PI).sqrt() * a.psf.sigma() * sky_noise(&a, config);
+    let faint = FAINT_SNR * a.psf.noise_equivalent_area().sqrt() * sky_noise(&a, config);
     let mut scene = Scene {
         width,
         height,
@@ -841,13 +846,13 @@ fn star_clearances(scene: &Scene, config: &GenerateConfig) -> Vec<f64> {
 
 fn place_supernovae(rng: &mut ChaCha8Rng, config: &GenerateConfig, scene: &mut Scene, faint: f64) {
     let clearances = star_clearances(scene, config);
-    let (sigma, na, nb) = (
-        scene.sigma(),
+    let (area, na, nb) = (
+        scene.noise_area(),
         sky_noise(&scene.a, config),
         sky_noise(&scene.b, config),
     );
     for snr in supernova_snrs(rng, config.supernovae_per_pair) {
-        let flux = flux_for_snr(snr, sigma, na, nb, config.gain);
+        let flux = flux_for_snr(snr, area, na, nb, config.gain);
         if let Some((x, y, new_host)) = find_supernova_spot(rng, scene, &clearances, faint) {
             scene.galaxies.extend(new_host);
             scene.supernovae.push(Supernova { x, y, flux });
@@ -991,12 +996,12 @@ pub(crate) fn render(scene: &Scene, epoch: Epoch, config: &GenerateConfig, index
 
 /// The truth entries of one pair: supernovae, then variables.
 pub(crate) fn pair_truth(scene: &Scene, pair: &str, config: &GenerateConfig) -> Vec<Transient> {
-    let (sigma, na, nb) = (
-        scene.sigma(),
+    let (area, na, nb) = (
+        scene.noise_area(),
         sky_noise(&scene.a, config),
         sky_noise(&scene.b, config),
     );
-    let snr = |delta: f64| difference_snr(delta, sigma, na, nb, config.gain);
+    let snr = |delta: f64| difference_snr(delta, area, na, nb, config.gain);
     let sn = scene.supernovae.iter().map(|s| Transient {
         pair: pair.to_string(),
         kind: TransientKind::Supernova,

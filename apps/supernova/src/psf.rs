@@ -106,6 +106,21 @@ impl Psf {
         self.fwhm / FWHM_PER_SIGMA
     }
 
+    /// The noise-equivalent area `1 / ∫ P²` (px²): optimal PSF-weighted
+    /// photometry of a faint source on sky noise `n` per pixel has noise
+    /// `n · sqrt(area)`. `4πσ²` for a Gaussian; for a Moffat profile
+    /// `πα² (2β − 1) / (β − 1)²`, larger than a Gaussian's of the same
+    /// FWHM because of its wings.
+    pub fn noise_equivalent_area(&self) -> f64 {
+        match self.shape {
+            PsfShape::Gaussian => 4.0 * PI * self.sigma().powi(2),
+            PsfShape::Moffat { beta } => {
+                let a2 = self.moffat_alpha(beta).powi(2);
+                PI * a2 * (2.0 * beta - 1.0) / (beta - 1.0).powi(2)
+            }
+        }
+    }
+
     /// The Moffat scale α for which the FWHM comes out right.
     fn moffat_alpha(&self, beta: f64) -> f64 {
         self.fwhm / (2.0 * (2f64.powf(1.0 / beta) - 1.0).sqrt())
@@ -410,6 +425,48 @@ mod tests {
             let r = psf.radius_above(1.0, half);
             assert!((r - 1.5).abs() < 1e-9, "{shape:?} {r}");
         }
+    }
+
+    #[test]
+    fn noise_equivalent_area_is_one_over_the_integral_of_the_squared_psf() {
+        for shape in [
+            PsfShape::Gaussian,
+            PsfShape::Moffat { beta: 2.5 },
+            PsfShape::Moffat { beta: 4.0 },
+        ] {
+            let psf = Psf { shape, fwhm: 3.0 };
+            // Midpoint rule on a fine grid out to where the wings vanish.
+            let (step, reach) = (0.05, 200.0);
+            let n = (2.0 * reach / step) as i64;
+            let mut sum = 0.0;
+            for i in 0..n {
+                let x = -reach + (i as f64 + 0.5) * step;
+                for j in 0..n / 40 {
+                    let y = (j as f64 + 0.5) * step * 20.0;
+                    sum += psf.density(x * x + y * y).powi(2) * step * step * 20.0 * 2.0;
+                }
+            }
+            let area = psf.noise_equivalent_area();
+            assert!(
+                (1.0 / sum / area - 1.0).abs() < 0.02,
+                "{shape:?}: {} vs {area}",
+                1.0 / sum
+            );
+        }
+        let gaussian = Psf {
+            shape: PsfShape::Gaussian,
+            fwhm: 3.0,
+        }
+        .noise_equivalent_area();
+        let moffat = Psf {
+            shape: PsfShape::Moffat { beta: 2.5 },
+            fwhm: 3.0,
+        }
+        .noise_equivalent_area();
+        assert!(
+            moffat > 1.8 * gaussian,
+            "Moffat wings widen the area: {moffat} vs {gaussian}"
+        );
     }
 
     #[test]

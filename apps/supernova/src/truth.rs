@@ -8,12 +8,12 @@
 //! difference image measured with optimal PSF weighting
 //! (see [`difference_snr`]):
 //!
-//! `snr = |ΔF| / sqrt(4π σ² (nA² + nB²) + |ΔF| / g)`
+//! `snr = |ΔF| / sqrt(NEA (nA² + nB²) + |ΔF| / g)`
 //!
-//! where `σ` is the larger of the two epochs' Gaussian-equivalent PSF
-//! sigmas (`FWHM / 2.3548`), `nA` and `nB` are the per-pixel sky noise of A
-//! and of B expressed on A's flux scale (ADU), and `g` is the gain
-//! (e-/ADU). `4πσ²` is the noise-equivalent area of a Gaussian PSF; the
+//! where `NEA` is the noise-equivalent area `1 / ∫ P²` of the broader of
+//! the two epochs' PSFs (`4πσ²` for a Gaussian, larger for a Moffat profile
+//! of the same FWHM), `nA` and `nB` are the per-pixel sky noise of A and of
+//! B expressed on A's flux scale (ADU), and `g` is the gain (e-/ADU). The
 //! last term is the transient's own photon noise. Noise from the host
 //! galaxy or the variable star's constant part is left out, so the real S/N
 //! is a little lower on bright hosts.
@@ -153,16 +153,15 @@ impl Truth {
 /// Truth S/N of a flux change `delta_flux` (ADU, A's scale): see the module
 /// docs. `sigma` is the larger PSF sigma in pixels, `noise_a` and `noise_b`
 /// the per-pixel sky noise (ADU, A's scale), `gain` in e-/ADU.
-pub fn difference_snr(delta_flux: f64, sigma: f64, noise_a: f64, noise_b: f64, gain: f64) -> f64 {
+pub fn difference_snr(delta_flux: f64, area: f64, noise_a: f64, noise_b: f64, gain: f64) -> f64 {
     let signal = delta_flux.abs();
-    let area = 4.0 * std::f64::consts::PI * sigma * sigma;
     signal / (area * (noise_a * noise_a + noise_b * noise_b) + signal / gain).sqrt()
 }
 
 /// The flux whose [`difference_snr`] is `snr`: the positive root of
-/// `F² - (snr²/g) F - snr² A = 0` with `A = 4πσ²(nA² + nB²)`.
-pub fn flux_for_snr(snr: f64, sigma: f64, noise_a: f64, noise_b: f64, gain: f64) -> f64 {
-    let area = 4.0 * std::f64::consts::PI * sigma * sigma * (noise_a * noise_a + noise_b * noise_b);
+/// `F² - (snr²/g) F - snr² A = 0` with `A = NEA (nA² + nB²)`.
+pub fn flux_for_snr(snr: f64, nea: f64, noise_a: f64, noise_b: f64, gain: f64) -> f64 {
+    let area = nea * (noise_a * noise_a + noise_b * noise_b);
     let b = snr * snr / gain;
     (b + (b * b + 4.0 * snr * snr * area).sqrt()) / 2.0
 }
