@@ -2,9 +2,13 @@
 //!
 //! - [`clock`]: Unix seconds as UTC dates.
 //! - [`report`]: what a journaled run did — tables and utilization plots.
+//! - [`poolfile`]: how agents and runners find a pool.
+//! - [`signals`]: SIGINT and SIGTERM as a flag, to leave a pool cleanly.
 
 pub mod clock;
+pub mod poolfile;
 pub mod report;
+pub mod signals;
 
 /// Sends `tracing` output to stderr at the level `RUST_LOG` asks for,
 /// `warn` by default: what the command-line tools print besides their

@@ -26,6 +26,10 @@ enum Command {
     Report(commands::report::ReportArgs),
     /// Show what the hardware probe finds and the labels executors get.
     Probe(commands::probe::ProbeArgs),
+    /// Start a pool that agents on other machines join (`pool start`).
+    Pool(commands::pool::PoolArgs),
+    /// Join a pool with executors on this machine, until told or timed to leave.
+    Agent(commands::agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +39,8 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::main(args),
         Command::Report(args) => commands::report::main(args),
         Command::Probe(args) => commands::probe::main(args),
+        Command::Pool(args) => commands::pool::main(args),
+        Command::Agent(args) => commands::agent::main(args),
     };
     match outcome {
         Ok(code) => code,

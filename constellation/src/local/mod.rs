@@ -251,6 +251,7 @@ impl PoolBuilder {
             shutdown: AtomicBool::new(false),
             undeliverable: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            longest_call_ns: AtomicU64::new(0),
             trace: self.trace,
         });
         let mut threads = Vec::with_capacity(self.executors.len());
@@ -380,6 +381,10 @@ struct Shared {
     /// Events whose target id names no shard of this pool.
     undeliverable: AtomicU64,
     failed: AtomicU64,
+    /// The longest activity call so far, in nanoseconds; kept only on a
+    /// node of a networked pool (an agent plans its leaving with it), so
+    /// the local pool's calls read no clock.
+    longest_call_ns: AtomicU64,
     trace: bool,
 }
 
@@ -1028,6 +1033,12 @@ impl Pool {
         self.shared.counts()
     }
 
+    /// The longest activity call this node has run so far (zero on a pool
+    /// that is not a network node, which does not time its calls).
+    pub fn longest_call(&self) -> Duration {
+        Duration::from_nanos(self.shared.longest_call_ns.load(Ordering::Relaxed))
+    }
+
     /// Work this pool counts as unfinished: queued, running and ready
     /// activities, activities exported and not yet finished elsewhere, and
     /// events in transit inside the node. [`done`](Self::done) waits for zero.
@@ -1284,7 +1295,8 @@ fn run_call(
         mut body,
         call,
     } = work;
-    let start_ns = if shared.trace { shared.now_ns() } else { 0 };
+    let timed = shared.trace || shared.uplink.is_some();
+    let start_ns = if timed { shared.now_ns() } else { 0 };
     let kind = match call {
         Call::Initialize => CallKind::Initialize,
         Call::Process(_) => CallKind::Process,
@@ -1318,6 +1330,12 @@ fn run_call(
             (Outcome::Finish, CallEnd::Failed)
         }
     };
+    let end_ns = if timed { shared.now_ns() } else { 0 };
+    if shared.uplink.is_some() {
+        shared
+            .longest_call_ns
+            .fetch_max(end_ns - start_ns, Ordering::Relaxed);
+    }
     let record = shared.trace.then(|| TraceRecord {
         activity: ticket.id(),
         executor: index,
@@ -1326,7 +1344,7 @@ fn run_call(
         call: kind,
         end,
         start_ns,
-        end_ns: shared.now_ns(),
+        end_ns,
     });
     (ticket, outcome, record)
 }

@@ -72,7 +72,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use libp2p::{Multiaddr, PeerId};
+use libp2p::PeerId;
 use parking_lot::Mutex;
 
 use crate::activity::Activity;
@@ -84,6 +84,8 @@ use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
 
 pub use driver::NetStats;
 pub use key::PoolKey;
+/// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
+pub use libp2p::Multiaddr;
 pub use steal::Strategy;
 
 /// How a node joins and behaves in a pool.
@@ -355,6 +357,13 @@ impl Node {
             });
         }
         Ok((summary, stats))
+    }
+
+    /// Stops asking other nodes for work; work already here still runs, and
+    /// others may still steal from this node. An agent calls this when its
+    /// allocation is about to end, then [`done`](Self::done).
+    pub fn stop_taking_work(&self) {
+        let _ = self.commands.send(driver::Command::StopStealing);
     }
 
     /// Leaves the pool now, without waiting for work: for worker nodes

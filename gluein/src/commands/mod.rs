@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod agent;
+pub mod pool;
 pub mod probe;
 pub mod report;
 pub mod run;

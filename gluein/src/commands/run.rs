@@ -15,6 +15,7 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use constellation::collect::MultiEventCollector;
 use constellation::core::MatchTable;
+use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ContextList, ExecutorContext, Pool};
 use executors::probe::Hardware;
 use executors::shell::{Capture, ShellOutcome, ShellResult};
@@ -70,6 +71,21 @@ pub struct RunArgs {
     /// everything after them, run again.
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
+    /// Run on a pool (a pool file from `constellation pool start`, or an
+    /// address) instead of an embedded one: the activities go to the
+    /// agents that joined it. Executors here: only what --executors and
+    /// --add-executors ask for (default none).
+    #[arg(long, value_name = "FILE|MULTIADDR")]
+    pool: Option<String>,
+    /// With --pool: wait for this many agents before starting.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "pool")]
+    wait_agents: usize,
+    /// With --pool: how long to wait for them (e.g. `60s`, `10m`).
+    #[arg(long, default_value = "60s", value_parser = gluein::poolfile::parse_duration, value_name = "DURATION")]
+    wait_timeout: Duration,
+    /// With --pool: the pool key, if the pool file does not name it.
+    #[arg(long, value_name = "FILE", requires = "pool")]
+    key_file: Option<PathBuf>,
     /// Progress display: `auto` (a bar when stderr is a terminal, else a
     /// line every 10 s), `bar`, `lines` or `none`.
     #[arg(long, default_value = "auto", value_name = "MODE")]
@@ -102,7 +118,15 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("retargeted {} activities", retargeted.changed);
     }
     let executors = executor_contexts(&args)?;
-    check_contexts(&graph, &executors)?;
+    let node = match &args.pool {
+        Some(pool) => Some(join_pool(pool, &args, &executors)?),
+        None => None,
+    };
+    let offered = match &node {
+        Some(node) => pool_executors(node, &executors),
+        None => executors.clone(),
+    };
+    check_contexts(&graph, &offered)?;
 
     let (mut journal, journal_path) = open_journal(&args)?;
     let run_dir = journal_path
@@ -134,7 +158,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         output_dir: output_dir.display().to_string(),
     })?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let share = (cores / executors.len()).max(1) as i64;
+    let share = (cores / executors.len().max(1)).max(1) as i64;
     journal.record_executors(
         run,
         &(executors.iter().enumerate())
@@ -161,13 +185,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         journal_path.display()
     );
 
-    let mut builder = Pool::builder();
-    for context in &executors {
-        builder = builder.executor(context.clone());
-    }
     let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
-    builder = builder.executor(ExecutorContext::new(coordination.items().iter().copied()));
-    let pool = builder.start()?;
+    let runner = match node {
+        Some(node) => Runner::Node(node),
+        None => Runner::Local(local_pool(&executors)?),
+    };
+    let pool = runner.pool();
     let started = Instant::now();
     let mut tally = Tally::new(&graph, skipped);
     let expected = graph.nodes.len() - skipped;
@@ -207,9 +230,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         progress.finish(&tally);
     }
-    if let Err(error) = pool.done() {
-        tracing::error!(%error, "the pool did not finish cleanly");
-    }
+    runner.done();
     let status = if tally.failed + tally.cancelled > 0 {
         RunStatus::Failed
     } else {
@@ -222,6 +243,100 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         RunStatus::Succeeded => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// The pool a run's activities go to: embedded, or joined over the network.
+enum Runner {
+    Local(Pool),
+    Node(Node),
+}
+
+impl Runner {
+    fn pool(&self) -> &Pool {
+        match self {
+            Runner::Local(pool) => pool,
+            Runner::Node(node) => node.pool(),
+        }
+    }
+
+    fn done(self) {
+        let ended = match self {
+            Runner::Local(pool) => pool.done().map(drop).map_err(|e| e.to_string()),
+            Runner::Node(node) => node.done().map(drop).map_err(|e| e.to_string()),
+        };
+        if let Err(error) = ended {
+            tracing::error!(%error, "the pool did not finish cleanly");
+        }
+    }
+}
+
+/// The embedded pool: `executors`, and one executor for the coordinator.
+fn local_pool(executors: &[ExecutorContext]) -> anyhow::Result<Pool> {
+    let mut builder = Pool::builder();
+    for context in executors {
+        builder = builder.executor(context.clone());
+    }
+    builder = builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]));
+    Ok(builder.start()?)
+}
+
+/// Joins the pool `pool` with `executors` (perhaps none) plus one for the
+/// coordinator, and waits for `--wait-agents` agents.
+fn join_pool(pool: &str, args: &RunArgs, executors: &[ExecutorContext]) -> anyhow::Result<Node> {
+    let joining = gluein::poolfile::joining(pool, args.key_file.as_deref())?;
+    let listen = if joining.key.is_some() {
+        "/ip4/0.0.0.0/tcp/0"
+    } else {
+        "/ip4/127.0.0.1/tcp/0"
+    };
+    let config = NodeConfig {
+        listen: listen.parse().expect("a valid multiaddr"),
+        bootstrap: joining.bootstrap,
+        key: joining.key,
+        ..NodeConfig::default()
+    };
+    let mut builder = Pool::builder();
+    for context in executors {
+        builder = builder.executor(context.clone());
+    }
+    builder = builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]));
+    let node = Node::start(config, builder)?;
+    let deadline = Instant::now() + args.wait_timeout;
+    loop {
+        let agents = agents_of(&node).count();
+        if agents >= args.wait_agents {
+            eprintln!("joined the pool {pool}: {agents} agent(s)");
+            return Ok(node);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the pool {pool} has {agents} agent(s) after {} s, and --wait-agents asks for {}; \
+                 start agents with `constellation agent --pool {pool}`",
+                args.wait_timeout.as_secs(),
+                args.wait_agents
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Members of the pool that run work: not the pool node, not runners.
+fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
+    node.members().into_iter().filter(|member| {
+        member.executors.iter().any(|e| {
+            e.contexts.iter().any(|c| {
+                let name = c.label.name();
+                !name.starts_with("constellation:") && &*name != COORDINATOR_LABEL
+            })
+        })
+    })
+}
+
+/// What the pool's agents and this node's own executors offer.
+fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<ExecutorContext> {
+    let mut offered = executors.to_vec();
+    offered.extend(agents_of(node).flat_map(|member| member.executors));
+    offered
 }
 
 /// The longest a settled activity waits to be committed to the journal.
@@ -248,7 +363,12 @@ fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
             .with_context(|| format!("--context {text:?}"))?,
         None => Vec::new(),
     };
-    let general = args.executors.unwrap_or(hardware.cores);
+    let default = if args.pool.is_some() {
+        0
+    } else {
+        hardware.cores
+    };
+    let general = args.executors.unwrap_or(default);
     let mut executors = vec![hardware.executor_context(&user, false); general];
     for group in &args.add_executors {
         let (count, context) = group.split_once(':').with_context(|| {
@@ -262,7 +382,7 @@ fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
             .with_context(|| format!("--add-executors {group:?}: bad context"))?;
         executors.extend(std::iter::repeat_n(context, count));
     }
-    if executors.is_empty() {
+    if executors.is_empty() && args.pool.is_none() {
         bail!("no executors: give --executors N (N > 0) or --add-executors N:CONTEXT");
     }
     Ok(executors)

@@ -1,0 +1,171 @@
+//! The pool file: how agents and runners find a pool.
+//!
+//! `constellation pool start` writes it: the pool node's addresses (with
+//! its peer id) and the path of the pool key. Everything that joins reads
+//! it: `--pool FILE`. A bare multiaddr works too (`--pool /ip4/…/p2p/…`),
+//! with the key from `--key-file` or `CONSTELLATION_KEY`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use constellation::net::{key, PoolKey};
+use serde::{Deserialize, Serialize};
+
+/// What a pool file holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolFile {
+    /// Addresses to dial, each ending in `/p2p/<peer id>`.
+    pub addresses: Vec<String>,
+    /// The pool key's file (mode 0600); `None` for a loopback-only pool.
+    pub key_file: Option<PathBuf>,
+    /// The pool node's process id, for `status` and to spot a stale file.
+    pub pid: u32,
+    /// When the pool started, Unix seconds.
+    pub started: f64,
+}
+
+impl PoolFile {
+    /// Writes the file through a temporary name.
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, text).with_context(|| format!("writing {}", partial.display()))?;
+        std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Reads a pool file.
+    pub fn load(path: &Path) -> anyhow::Result<PoolFile> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "reading the pool file {}; start a pool with `constellation pool start`",
+                path.display()
+            )
+        })?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a pool file", path.display()))
+    }
+}
+
+/// Where and how to join: bootstrap addresses and the key.
+pub struct Joining {
+    /// Addresses to dial.
+    pub bootstrap: Vec<constellation::net::Multiaddr>,
+    /// The pool key, if the pool has one.
+    pub key: Option<PoolKey>,
+}
+
+/// Resolves `--pool` (a pool file or a multiaddr) and `--key-file` into
+/// what a node needs to join. The key comes from `--key-file`, else the
+/// pool file, else `CONSTELLATION_KEY`.
+pub fn joining(pool: &str, key_file: Option<&Path>) -> anyhow::Result<Joining> {
+    // A multiaddr never names a file (`/ip4/…` is not a path anyone has),
+    // so whatever parses as one is an address.
+    let (addresses, file_key) = if pool.parse::<constellation::net::Multiaddr>().is_ok() {
+        (vec![pool.to_string()], None)
+    } else {
+        let file = PoolFile::load(Path::new(pool))?;
+        (file.addresses, file.key_file)
+    };
+    if addresses.is_empty() {
+        bail!("the pool {pool} lists no addresses");
+    }
+    let bootstrap = addresses
+        .iter()
+        .map(|a| {
+            a.parse()
+                .with_context(|| format!("the pool address {a:?} is not a multiaddr"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let key = match key_file.map(Path::to_path_buf).or(file_key) {
+        Some(path) => Some(key::read_file(&path)?),
+        None => key::from_env()?,
+    };
+    Ok(Joining { bootstrap, key })
+}
+
+/// Parses a duration such as `90s`, `30m`, `2h`, `1h30m` or `1d` (a bare
+/// number is seconds).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    seconds(text)
+        .map(std::time::Duration::from_secs)
+        .map_err(|why| {
+            format!("{text:?} is not a duration ({why}); write e.g. 90s, 30m, 2h or 1h30m")
+        })
+}
+
+fn seconds(text: &str) -> Result<u64, String> {
+    let mut total = 0u64;
+    let mut number = String::new();
+    let mut units = 0;
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let scale = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return Err(format!("unknown unit {c:?}")),
+        };
+        let value: u64 = number
+            .parse()
+            .map_err(|_| format!("no number before {c:?}"))?;
+        total += value * scale;
+        number.clear();
+        units += 1;
+    }
+    if !number.is_empty() {
+        if units > 0 {
+            return Err(format!("{number} has no unit"));
+        }
+        total = number.parse().map_err(|_| "too large".to_string())?;
+    }
+    if total == 0 {
+        return Err("it must be more than zero".into());
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("1x").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("1h30").unwrap_err().contains("no unit"));
+        assert!(parse_duration("h").is_err());
+    }
+
+    #[test]
+    fn a_missing_or_broken_pool_file_says_what_to_do() {
+        let dir = std::env::temp_dir().join(format!("poolfile-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = joining(dir.join("none.json").to_str().unwrap(), None)
+            .err()
+            .unwrap();
+        assert!(format!("{missing:#}").contains("constellation pool start"));
+        std::fs::write(dir.join("bad.json"), "{").unwrap();
+        let bad = joining(dir.join("bad.json").to_str().unwrap(), None)
+            .err()
+            .unwrap();
+        assert!(format!("{bad:#}").contains("is not a pool file"));
+        let file = PoolFile {
+            addresses: vec!["/ip4/127.0.0.1/tcp/4001".into()],
+            key_file: None,
+            pid: 1,
+            started: 0.0,
+        };
+        file.save(&dir.join("ok.json")).unwrap();
+        assert_eq!(PoolFile::load(&dir.join("ok.json")).unwrap(), file);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
