@@ -5,7 +5,7 @@
 //! driver learns from the network it hands to the pool through the pool's
 //! driver API (`export`, `import`, `deliver_from_network`, ...).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -194,6 +194,10 @@ struct Driver {
     pool: Arc<Pool>,
     shared: Arc<Shared>,
     idle_pending: Arc<AtomicBool>,
+    /// `Deliver` requests not yet acknowledged. A leaving node waits for
+    /// them: they carry its last `Finished` notices, and an exporter that
+    /// never hears them runs the work again.
+    deliveries: HashSet<OutboundRequestId>,
     me: Member,
     node: NodeId,
     members: HashMap<NodeId, MemberState>,
@@ -311,6 +315,7 @@ impl Driver {
             pool,
             shared,
             idle_pending,
+            deliveries: HashSet::new(),
             me,
             node,
             members: HashMap::new(),
@@ -686,6 +691,7 @@ impl Driver {
                 ..
             } => {
                 tracing::debug!(%peer, %error, "request failed");
+                self.deliveries.remove(&request_id);
                 if let Some((context, victim)) = self.steals.remove(&request_id) {
                     let round = self.steal_round();
                     if let Some(throttle) = self.throttles.get_mut(&context) {
@@ -801,7 +807,9 @@ impl Driver {
                 }
                 self.try_steal();
             }
-            Response::Ack => {}
+            Response::Ack => {
+                self.deliveries.remove(&request);
+            }
             Response::Refused(reason) => {
                 tracing::debug!(%peer, %reason, "a member refused a request");
                 if let Some((context, _)) = self.steals.remove(&request) {
@@ -1250,7 +1258,8 @@ impl Driver {
         for (node, notices) in outbox {
             match self.members.get(&node).map(|m| m.peer) {
                 Some(peer) => {
-                    self.request(peer, Request::Deliver(notices));
+                    let id = self.request(peer, Request::Deliver(notices));
+                    self.deliveries.insert(id);
                 }
                 None => {
                     for notice in notices {
@@ -1274,9 +1283,11 @@ impl Driver {
             .iter()
             .map(|peer| self.request(*peer, Request::Leave))
             .collect();
-        // Give the goodbyes (and any last notices) a moment to go out.
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
-        while !waiting.is_empty() {
+        // Wait for the goodbyes and for every notice still unacknowledged
+        // (a member that left stays a member, for the failure timeout, so
+        // these still arrive), but not forever: a peer may be gone.
+        let deadline = tokio::time::Instant::now() + LEAVE_WAIT;
+        while !(waiting.is_empty() && self.deliveries.is_empty()) {
             tokio::select! {
                 event = self.swarm.select_next_some() => {
                     if let SwarmEvent::Behaviour(BehaviourEvent::Rpc(
@@ -1295,6 +1306,10 @@ impl Driver {
         *self.shared.stats.lock() = self.stats.clone();
     }
 }
+
+/// The longest a leaving node waits for its goodbyes and last notices to
+/// be acknowledged.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
 /// Dials a member at the addresses it announced.
 fn dial(
