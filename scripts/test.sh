@@ -2,8 +2,10 @@
 # The whole test suite: formatting, lints with warnings as errors, and every
 # test (unit, scenario and doc tests) in one shared debug build, then the MPI
 # tests under a real `mpiexec` (MPICH) with `--features mpi`.
-# Installs what it needs first (cargo components; MPICH and libclang from
-# apt), so it runs on a fresh machine.
+# Installs what it needs first (cargo components; MPICH, libclang and a C
+# toolchain from apt; slurm-wlm and munge through scripts/slurm-local.sh,
+# which runs a real single-node Slurm for the glide-in tests and is
+# stopped on exit), so it runs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,6 +59,12 @@ if cargo tree --workspace --locked -e normal | grep -q "mpi-sys"; then
   echo "test.sh: the default build depends on mpi-sys; MPI must stay behind the \`mpi\` feature" >&2
   exit 1
 fi
+
+step "starting a local Slurm for the glide-in tests (scripts/slurm-local.sh; stopped on exit)"
+trap 'bash scripts/slurm-local.sh stop || true' EXIT
+eval "$(bash scripts/slurm-local.sh start)"
+export CONSTELLATION_REQUIRE_SLURM=1
+sinfo
 
 step "cargo test (default features)"
 cargo test --workspace --locked

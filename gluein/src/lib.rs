@@ -2,10 +2,12 @@
 //!
 //! - [`clock`]: Unix seconds as UTC dates.
 //! - [`report`]: what a journaled run did — tables and utilization plots.
+//! - [`glidein`]: pilot jobs for Slurm, PBS, SSH and local agents.
 //! - [`poolfile`]: how agents and runners find a pool.
 //! - [`signals`]: SIGINT and SIGTERM as a flag, to leave a pool cleanly.
 
 pub mod clock;
+pub mod glidein;
 pub mod poolfile;
 pub mod report;
 pub mod signals;

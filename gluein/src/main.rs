@@ -30,6 +30,8 @@ enum Command {
     Pool(commands::pool::PoolArgs),
     /// Join a pool with executors on this machine, until told or timed to leave.
     Agent(commands::agent::AgentArgs),
+    /// Submit pilot jobs that start agents (Slurm, PBS, ssh, local); list, cancel.
+    Glidein(commands::glidein::GlideinArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Probe(args) => commands::probe::main(args),
         Command::Pool(args) => commands::pool::main(args),
         Command::Agent(args) => commands::agent::main(args),
+        Command::Glidein(args) => commands::glidein::main(args),
     };
     match outcome {
         Ok(code) => code,

@@ -6,12 +6,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_signal: libc::c_int) {
-    // Only an atomic store: nothing else is safe in a signal handler.
+    // Only atomic stores: nothing else is safe in a signal handler.
     STOP.store(true, Ordering::SeqCst);
+    // A batch system that cancels a job signals its commands too; they
+    // are this node's loss, to run again elsewhere, not failures.
+    executors::shell::mark_preempted();
 }
 
 /// Makes SIGINT and SIGTERM set the flag [`stop_requested`] reads, instead
-/// of ending the process.
+/// of ending the process, and mark the process as taken down for the
+/// shell executor ([`executors::shell::mark_preempted`]).
 pub fn catch_stop_signals() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is

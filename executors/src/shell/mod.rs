@@ -42,6 +42,9 @@ mod process;
 mod result;
 mod spec;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
 use constellation::core::Step;
 use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event};
 use serde::{Deserialize, Serialize};
@@ -51,6 +54,44 @@ pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult}
 pub use spec::{
     default_output_dir, Capture, Program, RetryOn, RetryPolicy, ShellSpec, OUTPUT_DIR_VAR,
 };
+
+/// Set once this process is being taken down around its activities, as
+/// when a batch system cancels a pilot job: it signals every process of
+/// the job, the commands included.
+static PREEMPTED: AtomicBool = AtomicBool::new(false);
+
+/// How long a command killed by a signal waits to learn whether its whole
+/// process is being taken down: the batch system signals the command and
+/// the agent at about the same moment, in no fixed order.
+const PREEMPTION_GRACE: Duration = Duration::from_millis(500);
+
+/// Marks this process as taken down (an agent's SIGTERM handler calls it;
+/// it only stores to an atomic, so it is safe in a signal handler). From
+/// then on a command that a signal kills is not reported as failed: the
+/// activity stays unfinished, and when its node leaves, the node it came
+/// from runs it again elsewhere, as for a node that died.
+pub fn mark_preempted() {
+    PREEMPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`mark_preempted`] was called.
+pub fn preempted() -> bool {
+    PREEMPTED.load(Ordering::SeqCst)
+}
+
+/// Whether a command that ended as `outcome` was killed because its whole
+/// process is being taken down.
+fn killed_by_preemption(outcome: &ShellOutcome) -> bool {
+    if !matches!(outcome, ShellOutcome::Signalled { signal } if *signal == libc::SIGTERM || *signal == libc::SIGKILL)
+    {
+        return false;
+    }
+    let deadline = Instant::now() + PREEMPTION_GRACE;
+    while !preempted() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    preempted()
+}
 
 /// An activity that runs a [`ShellSpec`] and reports a [`ShellResult`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -204,6 +245,11 @@ impl Activity for ShellActivity {
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
         let result = self.run(cx);
+        if killed_by_preemption(&result.outcome) {
+            tracing::warn!(command = %self.spec.program.describe(), "killed as this node is taken down; it will run again elsewhere");
+            // Never finishes here: no result, no `Finished` notice.
+            return Step::Suspend;
+        }
         match self.parent {
             Some(parent) => cx.send(parent, result),
             None if result.is_success() => {}

@@ -7,7 +7,9 @@
 //!   time left is less than the longest activity call it has run so far
 //!   plus a margin, finishes what it runs, and leaves, so the batch system
 //!   never kills work in the middle;
-//! - SIGINT or SIGTERM: it stops taking work, finishes what runs and leaves.
+//! - SIGINT or SIGTERM (a batch system cancelling the pilot): it stops
+//!   taking work, lets what runs finish or die with it, and leaves; work it
+//!   took but did not finish runs again on other agents.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -131,6 +133,16 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Leaving::PoolGone => {
             node.leave();
         }
+        Leaving::Signal => {
+            // Whatever runs finishes or is killed with us; then go. Work
+            // taken but not started, and commands the signal killed, run
+            // again on other agents (their exporters hear no `Finished`).
+            node.stop_taking_work();
+            while node.pool().counts().running > 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            node.leave();
+        }
         _ => {
             node.stop_taking_work();
             let (summary, _) = node.done()?;
@@ -170,6 +182,6 @@ fn describe(why: &Leaving) -> &'static str {
         Leaving::PoolGone => "the pool node is gone",
         Leaving::Idle => "nothing to do for the idle timeout",
         Leaving::Walltime => "the walltime ends before another activity could finish",
-        Leaving::Signal => "asked to stop; finishing what runs",
+        Leaving::Signal => "asked to stop; work not finished here will run elsewhere",
     }
 }

@@ -1,0 +1,189 @@
+//! `constellation glidein`: pilot jobs that start agents on clusters.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use gluein::glidein::{self, alloc, Backend, PilotSpec, SystemRunner};
+
+/// Arguments of `constellation glidein`.
+#[derive(Args)]
+#[command(after_help = "\
+Examples:
+  constellation glidein slurm --nodes 4 --walltime 2h --executors-per-node 16 -- --partition=short
+  constellation glidein pbs --nodes 2 --walltime 1h -- -q batch
+  constellation glidein ssh --nodes 2 --hosts node1,node2 --walltime 8h
+  constellation glidein local --nodes 2 --walltime 30m --dry-run
+  constellation glidein list
+  constellation glidein cancel slurm-20261121T101500Z
+
+Each pilot gets a directory under $CONSTELLATION_HOME/allocations (default
+~/.constellation/allocations) with its script, job id, state, stdout and
+stderr; the last 20 are kept. Agents leave before the walltime ends.")]
+pub struct GlideinArgs {
+    #[command(subcommand)]
+    command: GlideinCommand,
+}
+
+#[derive(Subcommand)]
+enum GlideinCommand {
+    /// Submit pilots to Slurm (`sbatch`; one agent per node with `srun`).
+    Slurm(SubmitArgs),
+    /// Submit pilots to PBS/Torque (`qsub`; one agent per node with `pbsdsh`).
+    Pbs(SubmitArgs),
+    /// Start agents on hosts over ssh.
+    Ssh(SubmitArgs),
+    /// Start agents on this machine.
+    Local(SubmitArgs),
+    /// Show the allocations and their states (queried afresh).
+    List,
+    /// Cancel an allocation's job and its agents.
+    Cancel {
+        /// The allocation's id, as `glidein list` shows it.
+        id: String,
+    },
+    /// Lift the pause on a backend after repeated failed submissions.
+    Resume {
+        /// slurm, pbs, ssh or local.
+        backend: Backend,
+    },
+}
+
+/// What every backend's submission takes.
+#[derive(Args)]
+struct SubmitArgs {
+    /// Nodes (one agent each; for ssh, the number of --hosts).
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// The job's walltime, e.g. `2h`, `30m`, `1-00:00:00`.
+    #[arg(long, value_parser = glidein::parse_walltime, value_name = "DURATION")]
+    walltime: Duration,
+    /// Executors per agent (default: one per core of its node).
+    #[arg(long, value_name = "K")]
+    executors_per_node: Option<usize>,
+    /// Labels for the agents' executors, e.g. `big,site:vu`.
+    #[arg(long, value_name = "LABELS")]
+    context: Option<String>,
+    /// The agents' site.
+    #[arg(long)]
+    site: Option<String>,
+    /// The pool file the agents join (must be readable on the nodes).
+    #[arg(long, default_value = "constellation-pool.json", value_name = "FILE")]
+    pool: PathBuf,
+    /// Hosts for ssh, comma separated.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    hosts: Vec<String>,
+    /// The constellation binary on the nodes (default: this one).
+    #[arg(long, value_name = "PATH")]
+    agent_binary: Option<PathBuf>,
+    /// Print the pilot script and the submit command; submit nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Raw arguments for sbatch or qsub, after `--`.
+    #[arg(last = true, value_name = "BATCH ARGS")]
+    raw: Vec<String>,
+}
+
+/// Runs a glidein subcommand.
+pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
+    let root = alloc::default_root()?;
+    let runner = SystemRunner::new();
+    match args.command {
+        GlideinCommand::Slurm(submit) => start(Backend::Slurm, submit, &root, &runner),
+        GlideinCommand::Pbs(submit) => start(Backend::Pbs, submit, &root, &runner),
+        GlideinCommand::Ssh(submit) => start(Backend::Ssh, submit, &root, &runner),
+        GlideinCommand::Local(submit) => start(Backend::Local, submit, &root, &runner),
+        GlideinCommand::List => list(&root, &runner),
+        GlideinCommand::Cancel { id } => {
+            let mut allocation = alloc::load(&root.join(&id)).with_context(|| {
+                format!(
+                    "no allocation {id} in {}; see `constellation glidein list`",
+                    root.display()
+                )
+            })?;
+            let outcome = glidein::cancel(&mut allocation, &runner)?;
+            println!("{id}: {outcome:?}");
+            Ok(ExitCode::SUCCESS)
+        }
+        GlideinCommand::Resume { backend } => {
+            glidein::resume(&root, backend)?;
+            println!("{backend}: submissions allowed again");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn start(
+    backend: Backend,
+    args: SubmitArgs,
+    root: &std::path::Path,
+    runner: &SystemRunner,
+) -> anyhow::Result<ExitCode> {
+    if !args.dry_run && !args.pool.exists() {
+        bail!(
+            "no pool file {}: start a pool first (`constellation pool start`), or name it with --pool",
+            args.pool.display()
+        );
+    }
+    let binary = match args.agent_binary {
+        Some(binary) => binary,
+        None => std::env::current_exe().context("finding this program's path")?,
+    };
+    let mut spec = PilotSpec::new(backend, args.nodes, args.walltime, args.pool, binary);
+    spec.executors_per_node = args.executors_per_node;
+    spec.context = args.context;
+    spec.site = args.site;
+    spec.hosts = args.hosts;
+    spec.raw_args = args.raw;
+    spec.absolutize(&std::env::current_dir()?);
+    let now = alloc::unix_now();
+    if args.dry_run {
+        print!("{}", glidein::dry_run(&spec, root, now)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let allocation = glidein::submit(&spec, root, runner, now)?;
+    let record = &allocation.record;
+    println!(
+        "{}: {} job {} ({} node(s), walltime {} s); files in {}",
+        record.id,
+        backend,
+        record.job_id.as_deref().unwrap_or("-"),
+        record.nodes,
+        record.walltime_secs,
+        allocation.dir().display()
+    );
+    for pruned in alloc::prune(root, alloc::DEFAULT_KEEP)? {
+        eprintln!("removed the old allocation {}", pruned.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(root: &std::path::Path, runner: &SystemRunner) -> anyhow::Result<ExitCode> {
+    let mut allocations = alloc::list(root)?;
+    if allocations.is_empty() {
+        println!("no allocations in {}", root.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<34} {:<6} {:<14} {:>5} {:>9}  state",
+        "id", "kind", "job", "nodes", "walltime"
+    );
+    for allocation in &mut allocations {
+        let state = match glidein::refresh(allocation, runner) {
+            Ok(state) => state.to_string(),
+            Err(error) => format!("{} (could not ask: {error})", allocation.record.state),
+        };
+        let record = &allocation.record;
+        println!(
+            "{:<34} {:<6} {:<14} {:>5} {:>8}s  {state}",
+            record.id,
+            record.backend.to_string(),
+            record.job_id.as_deref().unwrap_or("-"),
+            record.nodes,
+            record.walltime_secs
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
