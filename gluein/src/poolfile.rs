@@ -83,49 +83,11 @@ pub fn joining(pool: &str, key_file: Option<&Path>) -> anyhow::Result<Joining> {
     Ok(Joining { bootstrap, key })
 }
 
-/// Parses a duration such as `90s`, `30m`, `2h`, `1h30m` or `1d` (a bare
-/// number is seconds).
+/// Parses a duration for the command line: `90s`, `30m`, `2h`, `1h30m`,
+/// `1d2h`, or Slurm's `MM`, `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS` (one parser
+/// for walltimes and timeouts alike: [`crate::glidein::parse_walltime`]).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    seconds(text)
-        .map(std::time::Duration::from_secs)
-        .map_err(|why| {
-            format!("{text:?} is not a duration ({why}); write e.g. 90s, 30m, 2h or 1h30m")
-        })
-}
-
-fn seconds(text: &str) -> Result<u64, String> {
-    let mut total = 0u64;
-    let mut number = String::new();
-    let mut units = 0;
-    for c in text.trim().chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let scale = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return Err(format!("unknown unit {c:?}")),
-        };
-        let value: u64 = number
-            .parse()
-            .map_err(|_| format!("no number before {c:?}"))?;
-        total += value * scale;
-        number.clear();
-        units += 1;
-    }
-    if !number.is_empty() {
-        if units > 0 {
-            return Err(format!("{number} has no unit"));
-        }
-        total = number.parse().map_err(|_| "too large".to_string())?;
-    }
-    if total == 0 {
-        return Err("it must be more than zero".into());
-    }
-    Ok(total)
+    crate::glidein::parse_walltime(text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -138,10 +100,12 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        // A bare number is minutes, as in Slurm.
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45 * 60)));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("1x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("1h30").unwrap_err().contains("no unit"));
+        assert!(parse_duration("1x")
+            .unwrap_err()
+            .contains("invalid walltime"));
         assert!(parse_duration("h").is_err());
     }
 

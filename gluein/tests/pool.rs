@@ -390,5 +390,9 @@ fn bad_pools_are_clear_errors() {
         &["agent", "--pool", "pool.json", "--walltime", "soon"],
     );
     assert_eq!(bad.status.code(), Some(2));
-    assert!(text(&bad).contains("is not a duration"), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("invalid walltime `soon`"),
+        "{}",
+        text(&bad)
+    );
 }
