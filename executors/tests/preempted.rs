@@ -6,7 +6,12 @@ use std::time::Duration;
 
 use constellation::collect::SingleEventCollector;
 use constellation::Pool;
-use executors::shell::{self, ShellActivity, ShellResult, ShellSpec};
+use executors::shell::{self, Capture, ShellActivity, ShellResult, ShellSpec};
+
+/// A shell activity for `script`, its output kept in memory (no files).
+fn command(script: &str) -> ShellSpec {
+    ShellSpec::script(script).capture(Capture::Memory { limit: 4096 })
+}
 
 #[test]
 fn a_command_killed_by_the_signal_that_takes_its_node_down_is_not_reported() {
@@ -15,7 +20,7 @@ fn a_command_killed_by_the_signal_that_takes_its_node_down_is_not_reported() {
     // Before: a SIGTERM is the command's own failure, and it is reported.
     let (collector, results) = SingleEventCollector::new();
     let parent = pool.submit(collector).unwrap();
-    pool.submit(ShellActivity::new(ShellSpec::script("kill -TERM $$")).reply_to(parent))
+    pool.submit(ShellActivity::new(command("kill -TERM $$")).reply_to(parent))
         .unwrap();
     let result: ShellResult = results.wait_one().unwrap().take().unwrap();
     assert!(!result.is_success());
@@ -24,7 +29,7 @@ fn a_command_killed_by_the_signal_that_takes_its_node_down_is_not_reported() {
     shell::mark_preempted();
     let (collector, results) = SingleEventCollector::new();
     let parent = pool.submit(collector).unwrap();
-    pool.submit(ShellActivity::new(ShellSpec::script("kill -TERM $$")).reply_to(parent))
+    pool.submit(ShellActivity::new(command("kill -TERM $$")).reply_to(parent))
         .unwrap();
     assert!(
         results.wait_timeout(Duration::from_secs(2)).is_err(),
@@ -33,7 +38,7 @@ fn a_command_killed_by_the_signal_that_takes_its_node_down_is_not_reported() {
     // A command that ends by itself still reports.
     let (collector, results) = SingleEventCollector::new();
     let parent = pool.submit(collector).unwrap();
-    pool.submit(ShellActivity::new(ShellSpec::script("true")).reply_to(parent))
+    pool.submit(ShellActivity::new(command("true")).reply_to(parent))
         .unwrap();
     let result: ShellResult = results.wait_one().unwrap().take().unwrap();
     assert!(result.is_success());
