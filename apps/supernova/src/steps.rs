@@ -153,9 +153,7 @@ fn read_json<T: DeserializeOwned>(step: &'static str, path: &Path) -> Result<T, 
 /// Writes through a temporary name, so that a reader never sees half a file.
 fn write_json<T: Serialize>(step: &'static str, path: &Path, value: &T) -> Result<(), StepError> {
     let text = serde_json::to_vec_pretty(value).expect("step results serialize");
-    let partial = path.with_extension("json.partial");
-    fs::write(&partial, text).map_err(io(step, &partial))?;
-    fs::rename(&partial, path).map_err(io(step, path))
+    crate::fsutil::write_atomic(path, &text).map_err(io(step, path))
 }
 
 fn read_image(step: &'static str, path: &Path) -> Result<(Image, FitsHeader), StepError> {
@@ -215,7 +213,7 @@ pub fn prepare(
 /// temporary name.
 fn throttled_copy(from: &Path, to: &Path, rate: Option<f64>) -> std::io::Result<u64> {
     let mut input = fs::File::open(from)?;
-    let partial = to.with_extension("fits.partial");
+    let partial = crate::fsutil::temp_sibling(to);
     let mut output = fs::File::create(&partial)?;
     let start = Instant::now();
     let mut buffer = vec![0u8; 256 * 1024];
@@ -341,7 +339,7 @@ pub fn split(work: &Path) -> Result<TilePlan, StepError> {
 
 /// Circles around saturated stars of A and of B (mapped into A): their
 /// flat, bleeding cores never subtract cleanly.
-fn saturated_circles(
+pub(crate) fn saturated_circles(
     a: &Detection,
     b: &Detection,
     b_in_a: impl Fn(f64, f64) -> (f64, f64),

@@ -1,4 +1,4 @@
-//! Synthetic images for the tests: pixel-integrated Gaussian and Moffat
+//! Synthetic images for the tests: pixel-integrated Gaussian
 //! stars, exponential galaxies, cosmic rays and seeded noise.
 
 use crate::image::Image;
@@ -74,47 +74,18 @@ pub fn gaussian_star(img: &mut Image, x: f64, y: f64, flux: f64, sigma: f64) {
     }
 }
 
-/// Adds `flux × profile(dx, dy)` sampled 4×4 per pixel within `radius`.
-pub fn add_profile(
-    img: &mut Image,
-    x: f64,
-    y: f64,
-    radius: i64,
-    flux: f64,
-    profile: impl Fn(f64, f64) -> f64,
-) {
-    let (w, h) = (img.width() as i64, img.height() as i64);
-    let (cx, cy) = (x.round() as i64, y.round() as i64);
-    for j in (cy - radius..=cy + radius).filter(|&j| j >= 0 && j < h) {
-        for i in (cx - radius..=cx + radius).filter(|&i| i >= 0 && i < w) {
-            let mut s = 0.0;
-            for sj in 0..4 {
-                for si in 0..4 {
-                    let dx = i as f64 - 0.375 + 0.25 * si as f64 - x;
-                    let dy = j as f64 - 0.375 + 0.25 * sj as f64 - y;
-                    s += profile(dx, dy);
-                }
-            }
-            let v = img.get(i as usize, j as usize) + (flux * s / 16.0) as f32;
-            img.set(i as usize, j as usize, v);
-        }
-    }
-}
-
 /// The PSF of one epoch.
 #[derive(Debug, Clone, Copy)]
 pub enum Psf {
     /// Gaussian of this FWHM (px).
     Gaussian(f64),
-    /// Moffat of this FWHM (px) and β.
-    Moffat(f64, f64),
 }
 
 impl Psf {
     /// FWHM in px.
     pub fn fwhm(&self) -> f64 {
         match *self {
-            Psf::Gaussian(f) | Psf::Moffat(f, _) => f,
+            Psf::Gaussian(f) => f,
         }
     }
 
@@ -122,11 +93,10 @@ impl Psf {
     pub fn add_star(&self, img: &mut Image, x: f64, y: f64, flux: f64) {
         match *self {
             Psf::Gaussian(f) => gaussian_star(img, x, y, flux, f / 2.354_820_045),
-            Psf::Moffat(f, beta) => moffat_star_bounded(img, x, y, flux, f, beta),
         }
     }
 
-    /// The PSF sampled on a `(2r+1)²` stamp (4×4 sub-pixels), sum 1.
+    /// The PSF integrated over the pixels of a `(2r+1)²` stamp, sum 1.
     pub fn stamp(&self, r: usize) -> Vec<f64> {
         let n = 2 * r + 1;
         let mut img = Image::new(n, n);
@@ -134,17 +104,6 @@ impl Psf {
         let total: f64 = img.pixels().iter().map(|&v| v as f64).sum();
         img.pixels().iter().map(|&v| v as f64 / total).collect()
     }
-}
-
-/// A Moffat star drawn out to where it falls below ~0.5 ADU.
-fn moffat_star_bounded(img: &mut Image, x: f64, y: f64, flux: f64, fwhm: f64, beta: f64) {
-    let alpha = fwhm / (2.0 * (2f64.powf(1.0 / beta) - 1.0).sqrt());
-    let norm = (beta - 1.0) / (std::f64::consts::PI * alpha * alpha);
-    let reach = alpha * (flux.abs() * norm / 0.5).max(1.0).powf(1.0 / (2.0 * beta));
-    let r = reach.clamp(3.0 * fwhm, 12.0 * fwhm).ceil() as i64;
-    add_profile(img, x, y, r, flux, |dx, dy| {
-        norm * (1.0 + (dx * dx + dy * dy) / (alpha * alpha)).powf(-beta)
-    });
 }
 
 /// An object of a simulated field, in A's pixel frame.
