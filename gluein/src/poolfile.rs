@@ -54,6 +54,19 @@ pub struct Joining {
     pub key: Option<PoolKey>,
 }
 
+impl Joining {
+    /// Where a joining node listens unless told: every interface when the
+    /// pool has a key (members elsewhere must reach it), loopback without
+    /// one (a keyless pool only runs on loopback).
+    pub fn default_listen(&self) -> &'static str {
+        if self.key.is_some() {
+            "/ip4/0.0.0.0/tcp/0"
+        } else {
+            "/ip4/127.0.0.1/tcp/0"
+        }
+    }
+}
+
 /// Resolves `--pool` (a pool file or a multiaddr) and `--key-file` into
 /// what a node needs to join. The key comes from `--key-file`, else the
 /// pool file, else `CONSTELLATION_KEY`.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use constellation::net::{Node, NodeConfig};
-use constellation::{Context, Pool};
+use constellation::Pool;
 use executors::probe::Hardware;
 use gluein::poolfile::{self, parse_duration};
 use gluein::signals;
@@ -81,20 +81,10 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let joining = poolfile::joining(&args.pool, args.key_file.as_deref())?;
     let listen = match &args.listen {
         Some(text) => text.clone(),
-        None if joining.key.is_some() => "/ip4/0.0.0.0/tcp/0".into(),
-        None => "/ip4/127.0.0.1/tcp/0".into(),
+        None => joining.default_listen().to_string(),
     };
     let hardware = Hardware::probe(args.site.as_deref());
-    let user: Vec<Context> = match &args.context {
-        Some(text) => text
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("--context {text:?}"))?,
-        None => Vec::new(),
-    };
+    let user = super::user_labels(args.context.as_deref())?;
     let count = args.executors.unwrap_or(hardware.cores).max(1);
     let config = NodeConfig {
         listen: listen

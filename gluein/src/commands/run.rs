@@ -270,37 +270,31 @@ impl Runner {
     }
 }
 
+/// `executors` (perhaps none), and one executor for the coordinator.
+fn with_coordinator(executors: &[ExecutorContext]) -> constellation::PoolBuilder {
+    let builder = executors.iter().fold(Pool::builder(), |builder, context| {
+        builder.executor(context.clone())
+    });
+    builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]))
+}
+
 /// The embedded pool: `executors`, and one executor for the coordinator.
 fn local_pool(executors: &[ExecutorContext]) -> anyhow::Result<Pool> {
-    let mut builder = Pool::builder();
-    for context in executors {
-        builder = builder.executor(context.clone());
-    }
-    builder = builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]));
-    Ok(builder.start()?)
+    Ok(with_coordinator(executors).start()?)
 }
 
 /// Joins the pool `pool` with `executors` (perhaps none) plus one for the
 /// coordinator, and waits for `--wait-agents` agents.
 fn join_pool(pool: &str, args: &RunArgs, executors: &[ExecutorContext]) -> anyhow::Result<Node> {
     let joining = gluein::poolfile::joining(pool, args.key_file.as_deref())?;
-    let listen = if joining.key.is_some() {
-        "/ip4/0.0.0.0/tcp/0"
-    } else {
-        "/ip4/127.0.0.1/tcp/0"
-    };
+    let listen = joining.default_listen();
     let config = NodeConfig {
         listen: listen.parse().expect("a valid multiaddr"),
         bootstrap: joining.bootstrap,
         key: joining.key,
         ..NodeConfig::default()
     };
-    let mut builder = Pool::builder();
-    for context in executors {
-        builder = builder.executor(context.clone());
-    }
-    builder = builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]));
-    let node = Node::start(config, builder)?;
+    let node = Node::start(config, with_coordinator(executors))?;
     let deadline = Instant::now() + args.wait_timeout;
     loop {
         let agents = agents_of(&node).count();
@@ -353,16 +347,7 @@ fn event_report(event: constellation::Event) -> anyhow::Result<NodeReport> {
 /// probed labels, then each `--add-executors` group.
 fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
     let hardware = Hardware::probe(None);
-    let user: Vec<Context> = match &args.context {
-        Some(text) => text
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<Context>())
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("--context {text:?}"))?,
-        None => Vec::new(),
-    };
+    let user = super::user_labels(args.context.as_deref())?;
     let default = if args.pool.is_some() {
         0
     } else {
