@@ -28,7 +28,7 @@ pub mod wire;
 
 pub use activity::{Activity, ActivityCx};
 pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
-pub use core::{Step, SubmitError};
+pub use core::{RelabelError, Step, SubmitError};
 pub use event::{Event, Payload, PayloadError};
 pub use id::{ActivityId, NodeId};
 pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};

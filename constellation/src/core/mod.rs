@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::context::{ContextList, ExecutorContext};
+use crate::context::{ContextList, ExecutorContext, Label};
 use crate::event::Event;
 use crate::id::{ActivityId, NodeId};
 
@@ -207,6 +207,29 @@ pub enum UndeliverableReason {
     /// The activity finished while the event waited in its buffer.
     #[error("the activity finished before it processed the event")]
     FinishedFirst,
+}
+
+/// Why an executor could not be relabelled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RelabelError {
+    /// There is no executor with that index.
+    #[error("there is no executor {executor}: this node has {executors} (numbered from 0)")]
+    NoSuchExecutor {
+        /// The index asked for.
+        executor: ExecutorIndex,
+        /// How many executors there are.
+        executors: usize,
+    },
+    /// Queued work pinned to the executor would never run under the new labels.
+    #[error("executor {executor} holds {count} queued activities that may run only there (e.g. {example}) and that the new labels do not match; relabel it once they have run")]
+    PinnedWork {
+        /// The executor.
+        executor: ExecutorIndex,
+        /// How many pinned activities the new labels do not match.
+        count: usize,
+        /// One of them.
+        example: ActivityId,
+    },
 }
 
 /// Why a submission was refused.
@@ -917,6 +940,88 @@ impl<T> Scheduler<T> {
     pub fn is_quiescent(&self) -> bool {
         let counts = &self.counts;
         counts.running == 0 && counts.queued == 0 && counts.ready == 0
+    }
+
+    /// What `executor` offers now.
+    pub fn executor_context(&self, executor: ExecutorIndex) -> Option<&ExecutorContext> {
+        self.executors.get(executor).map(|state| &state.context)
+    }
+
+    /// Gives `executor` a new context while it runs. Activities it already
+    /// started stay with it; queued work it can no longer run is left for
+    /// executors that can (they steal it, here or from other nodes).
+    ///
+    /// Refused when the executor holds queued activities pinned to it that
+    /// the new context cannot run: nobody else may take those, so they
+    /// would wait forever.
+    pub fn relabel(
+        &mut self,
+        executor: ExecutorIndex,
+        context: ExecutorContext,
+    ) -> Result<(), RelabelError> {
+        let Some(state) = self.executors.get(executor) else {
+            return Err(RelabelError::NoSuchExecutor {
+                executor,
+                executors: self.executors.len(),
+            });
+        };
+        let slots = &self.slots;
+        let mut stranded: Vec<u32> = (state.pinned.entries())
+            .filter_map(|entry| {
+                let (slot, generation) = split_entry(entry);
+                let slot_entry = slots.get(slot as usize)?;
+                let record = slot_entry.record.as_ref()?;
+                let queued = slot_entry.generation == generation && record.state == State::Queued;
+                (queued && context.priority_of(&record.contexts).is_none()).then_some(slot)
+            })
+            .collect();
+        stranded.sort_unstable();
+        stranded.dedup();
+        if let Some(&first) = stranded.first() {
+            let id = (self.slots[first as usize].record.as_ref()).map(|record| record.id);
+            return Err(RelabelError::PinnedWork {
+                executor,
+                count: stranded.len(),
+                example: id.expect("a stranded slot is occupied"),
+            });
+        }
+        self.executors[executor].context = context;
+        let contexts: Vec<ExecutorContext> = (self.executors.iter())
+            .map(|state| state.context.clone())
+            .collect();
+        self.matcher = Arc::new(MatchTable::new(&contexts));
+        // An idle executor may now match queued work: the driver wakes it,
+        // and quiescence must be judged afresh.
+        self.quiescence_reported = false;
+        Ok(())
+    }
+
+    /// Replaces what this scheduler knows of the whole pool's executors,
+    /// which decides the work it accepts; for drivers whose pool changed
+    /// (an executor was relabelled, a node joined or left).
+    pub fn set_pool(&mut self, pool: Arc<MatchTable>) {
+        self.pool = pool;
+    }
+
+    /// How many never-started activities wait for each label. An activity
+    /// that names several labels counts once under each.
+    pub fn queued_by_label(&self) -> Vec<(Label, usize)> {
+        let mut counts: FxHashMap<Label, usize> = FxHashMap::default();
+        let queued = (self.slots.iter())
+            .filter_map(|entry| entry.record.as_ref())
+            .filter(|record| record.state == State::Queued);
+        for record in queued {
+            let items = record.contexts.items();
+            for (position, context) in items.iter().enumerate() {
+                let repeated = items[..position].iter().any(|c| c.label == context.label);
+                if !repeated {
+                    *counts.entry(context.label).or_default() += 1;
+                }
+            }
+        }
+        let mut counts: Vec<(Label, usize)> = counts.into_iter().collect();
+        counts.sort_by_key(|(label, _)| label.name());
+        counts
     }
 
     /// Ids of activities that are suspended, for reporting a stall. At most `limit`.

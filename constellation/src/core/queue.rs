@@ -155,6 +155,13 @@ impl QueueSet {
     pub(crate) fn get_mut(&mut self, label: Label) -> Option<&mut LabelQueue> {
         self.by_label.get_mut(label.index())
     }
+
+    /// Every entry held, stale ones included, in no particular order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = EntryRef> + '_ {
+        self.by_label.iter().flat_map(|queue| {
+            (queue.unranked.iter().copied()).chain(queue.ranked.iter().map(|key| key.2))
+        })
+    }
 }
 
 #[cfg(test)]

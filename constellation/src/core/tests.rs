@@ -548,3 +548,65 @@ fn asking_for_work_takes_back_a_call_not_yet_handed_over() {
     h.submit("next", "anywhere");
     assert!(h.handed_out().is_empty());
 }
+
+#[test]
+fn relabelled_executor_takes_the_new_work_and_leaves_the_old() {
+    let pool = Arc::new(MatchTable::open(&["cpu".parse().unwrap()]));
+    let node = NodeId::from_u128(7);
+    let mut core: Scheduler<&'static str> =
+        Scheduler::in_pool(node, vec!["cpu".parse().unwrap()], pool);
+    let mut ids = IdIssuer::new(node, 0);
+    for (body, contexts) in [("c1", "cpu"), ("g1", "gpu"), ("c2", "cpu"), ("g2", "gpu")] {
+        let submission = Submission {
+            id: ids.issue(),
+            body,
+            contexts: contexts.parse().unwrap(),
+            stealable: true,
+        };
+        core.submit(Origin::Outside, submission).unwrap();
+    }
+    let queued: Vec<(String, usize)> = (core.queued_by_label().into_iter())
+        .map(|(label, count)| (label.to_string(), count))
+        .collect();
+    assert_eq!(queued, [("cpu".to_string(), 2), ("gpu".to_string(), 2)]);
+
+    core.relabel(0, "gpu".parse().unwrap()).unwrap();
+    assert_eq!(core.executor_context(0).unwrap().label_list(), "gpu");
+    let mut ran = Vec::new();
+    while let Some(work) = core.next_work(0) {
+        ran.push(work.body);
+        core.complete(work.ticket, Outcome::Finish);
+    }
+    assert_eq!(ran, ["g1", "g2"], "only gpu work after the relabel");
+    // The cpu work is still queued for a thief that offers cpu.
+    let stolen = core.steal_off_node(&"cpu".parse().unwrap(), 10, Place(1));
+    assert_eq!(
+        stolen.iter().map(|s| s.body).collect::<Vec<_>>(),
+        ["c1", "c2"]
+    );
+}
+
+#[test]
+fn relabel_is_refused_when_pinned_work_would_be_stranded() {
+    let mut harness = Harness::new(&["cpu"]);
+    let parent = harness.submit("parent", "cpu");
+    let work = harness.core.next_work(0).expect("the parent runs");
+    assert_eq!(work.ticket.id(), parent);
+    harness.submit_as(Origin::Executor(0), "pinned", "cpu", false);
+    let error = harness.core.relabel(0, "gpu".parse().unwrap()).unwrap_err();
+    assert!(
+        matches!(error, RelabelError::PinnedWork { count: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("may run only there"), "{error}");
+    // Labels that still match the pinned work are fine.
+    harness
+        .core
+        .relabel(0, "cpu, gpu".parse().unwrap())
+        .unwrap();
+    let error = harness.core.relabel(3, "gpu".parse().unwrap()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "there is no executor 3: this node has 1 (numbered from 0)"
+    );
+}

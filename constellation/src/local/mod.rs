@@ -62,14 +62,16 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 
 use crate::activity::{panic_message, Activity, ActivityCx, Outbox};
 use crate::context::{ContextList, ExecutorContext};
 use crate::core::{
-    Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, Scheduler, Step,
-    Stolen, Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason, Work,
+    Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, RelabelError,
+    Scheduler, Step, Stolen, Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason,
+    Work,
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};
@@ -236,9 +238,11 @@ impl PoolBuilder {
         let shared = Arc::new(Shared {
             node,
             started: Instant::now(),
-            matcher,
-            admission,
-            contexts: self.executors.clone(),
+            matcher: ArcSwap::new(matcher),
+            admission: ArcSwap::new(admission),
+            contexts: ArcSwap::from_pointee(self.executors.clone()),
+            relabels: CachePadded(AtomicU64::new(0)),
+            relabelling: Mutex::new(()),
             shards,
             handoffs: OnceLock::new(),
             uplink,
@@ -353,13 +357,20 @@ struct Handoff {
 struct Shared {
     node: NodeId,
     started: Instant,
-    /// Which executors could run what, over the whole pool.
-    matcher: Arc<MatchTable>,
+    /// Which executors could run what, over the whole pool. Swapped, not
+    /// locked, when an executor is relabelled: readers are on every
+    /// submission's path and relabelling is rare.
+    matcher: ArcSwap<MatchTable>,
     /// Which work the pool accepts: `matcher`, or an open table on a node
     /// of a networked pool.
-    admission: Arc<MatchTable>,
+    admission: ArcSwap<MatchTable>,
     /// What each executor offers.
-    contexts: Vec<ExecutorContext>,
+    contexts: ArcSwap<Vec<ExecutorContext>>,
+    /// Bumped by each relabelling; executor threads compare it with the
+    /// one they saw to know their context changed.
+    relabels: CachePadded<AtomicU64>,
+    /// Serialises relabellings, which replace the three tables above.
+    relabelling: Mutex<()>,
     shards: Vec<Shard>,
     /// Set once by `start`, after the threads exist.
     handoffs: OnceLock<Vec<Handoff>>,
@@ -556,12 +567,14 @@ impl Shared {
     /// The executor next in turn among those that can run `contexts`, which
     /// spreads outside work over them; `None` if none here can.
     fn next_in_turn(&self, contexts: &ContextList) -> Option<usize> {
-        let count = self.matcher.executors_for(contexts).count();
+        let matcher = self.matcher.load();
+        let count = matcher.executors_for(contexts).count();
         if count == 0 {
             return None;
         }
         let turn = self.round_robin.fetch_add(1, Ordering::Relaxed);
-        self.matcher.executors_for(contexts).nth(turn % count)
+        let chosen = matcher.executors_for(contexts).nth(turn % count);
+        chosen
     }
 
     /// The shard, in turn, that keeps work none of this node's executors
@@ -637,8 +650,7 @@ impl Shared {
         if self.idle_count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        if let Some(executor) = self
-            .matcher
+        if let Some(executor) = (self.matcher.load())
             .executors_for(contexts)
             .find(|&e| e != besides && self.claim_idle(e))
         {
@@ -756,7 +768,7 @@ impl Pool {
             Some(executor) => executor,
             None => {
                 // A networked pool keeps it for executors on other nodes.
-                shared.admission.check(self.address, &contexts, None)?;
+                (shared.admission.load()).check(self.address, &contexts, None)?;
                 shared.holding_shard()
             }
         };
@@ -873,14 +885,78 @@ impl Pool {
             .collect()
     }
 
-    /// What executor `index` offers; `None` past the last executor.
-    pub fn executor_context(&self, index: usize) -> Option<&ExecutorContext> {
-        self.shared.contexts.get(index)
+    /// What executor `index` offers now; `None` past the last executor.
+    pub fn executor_context(&self, index: usize) -> Option<ExecutorContext> {
+        self.shared.contexts.load().get(index).cloned()
     }
 
-    /// What all executors offer, in index order.
-    pub fn executor_contexts(&self) -> &[ExecutorContext] {
-        &self.shared.contexts
+    /// What all executors offer now, in index order.
+    pub fn executor_contexts(&self) -> Arc<Vec<ExecutorContext>> {
+        self.shared.contexts.load_full()
+    }
+
+    /// Which work this pool's own executors can run, as they are labelled now.
+    pub fn matcher(&self) -> Arc<MatchTable> {
+        self.shared.matcher.load_full()
+    }
+
+    /// Gives executor `index` a new context while the pool runs, without
+    /// stopping anything. The call it is making goes on; from its next
+    /// call on it takes only work that matches `context`. Queued work it
+    /// can no longer run stays for executors that can, here or (on a node
+    /// of a networked pool) on other nodes.
+    ///
+    /// On a pool without a network, work that no executor matches any
+    /// more waits until one is relabelled back, and [`done`](Self::done)
+    /// reports it as stalled.
+    pub fn relabel(&self, index: usize, context: ExecutorContext) -> Result<(), RelabelError> {
+        let shared = &self.shared;
+        let _one_at_a_time = shared.relabelling.lock();
+        let mut contexts = Vec::clone(&shared.contexts.load());
+        if index >= contexts.len() {
+            return Err(RelabelError::NoSuchExecutor {
+                executor: index,
+                executors: contexts.len(),
+            });
+        }
+        (shared.shards[index].core.lock()).relabel(0, context.clone())?;
+        contexts[index] = context;
+        let matcher = Arc::new(MatchTable::new(&contexts));
+        let admission = match shared.uplink {
+            Some(_) => Arc::new(MatchTable::open(&contexts)),
+            None => matcher.clone(),
+        };
+        for shard in &shared.shards {
+            shard.core.lock().set_pool(admission.clone());
+        }
+        shared.matcher.store(matcher);
+        shared.admission.store(admission);
+        shared.contexts.store(Arc::new(contexts));
+        shared.relabels.fetch_add(1, Ordering::SeqCst);
+        // Asleep, it would go on waiting for work of its old labels.
+        shared.claim_idle(index);
+        shared.handoffs()[index].parker.notify();
+        Ok(())
+    }
+
+    /// How many never-started activities on this node wait for each label,
+    /// by label name. An activity that names several labels counts once
+    /// under each.
+    pub fn queued_by_label(&self) -> Vec<(String, usize)> {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        for shard in &self.shared.shards {
+            for (label, count) in shard.core.lock().queued_by_label() {
+                *counts.entry(label.to_string()).or_default() += count;
+            }
+        }
+        counts.into_iter().collect()
+    }
+
+    /// Which executors are inside an activity call right now, by index.
+    pub fn busy_executors(&self) -> Vec<bool> {
+        (self.shared.shards.iter())
+            .map(|shard| shard.core.lock().counts().running > 0)
+            .collect()
     }
 
     /// Never-started activities waiting on this node.
@@ -985,13 +1061,13 @@ impl Pool {
         let shared = &self.shared;
         let handoffs = shared.handoffs();
         let contexts = stolen.contexts.clone();
-        let target = (shared.matcher.executors_for(&contexts))
+        let matcher = shared.matcher.load();
+        let target = (matcher.executors_for(&contexts))
             .find(|&e| handoffs[e].idle.load(Ordering::Relaxed))
             .or_else(|| shared.next_in_turn(&contexts))
             .or_else(|| shared.uplink.is_some().then(|| shared.holding_shard()));
         let Some(target) = target else {
-            return Err(shared
-                .matcher
+            return Err(matcher
                 .check(stolen.id, &contexts, None)
                 .expect_err("no executor matched, so the check refuses"));
         };
@@ -1111,9 +1187,10 @@ impl Drop for Pool {
 fn executor_main(
     shared: Arc<Shared>,
     index: usize,
-    context: ExecutorContext,
+    mut context: ExecutorContext,
     resources: Arc<Resources>,
 ) -> Vec<TraceRecord> {
+    let mut relabels_seen = 0;
     let mut ids = IdIssuer::new(shared.node, own_slot(index));
     let mut outbox = Outbox::default();
     let mut effects = Effects::default();
@@ -1122,6 +1199,13 @@ fn executor_main(
     let mut finished: Option<FinishedCall> = None;
     let mut trace = Vec::new();
     loop {
+        let relabels = shared.relabels.load(Ordering::Acquire);
+        if relabels != relabels_seen {
+            relabels_seen = relabels;
+            if let Some(new) = shared.contexts.load().get(index) {
+                context = new.clone();
+            }
+        }
         // Events for other shards are delivered after this shard's session,
         // so the unit of the call that just completed can pay for the
         // activity they ready (see `Shared::session`).
@@ -1178,9 +1262,9 @@ fn executor_main(
         }
         let work = match work {
             Some(work) => work,
-            None => match wait_for_work(&shared, index, &context, &mut effects) {
+            None => match wait_for_work(&shared, index, &context, relabels_seen, &mut effects) {
                 Found::Work(work) => work,
-                Found::OwnInbox => continue,
+                Found::OwnInbox | Found::Relabelled => continue,
                 Found::Shutdown => return trace,
             },
         };
@@ -1206,6 +1290,8 @@ enum Found {
     Work(Work<Boxed>),
     /// Outside submissions arrived in its own shard's inbox.
     OwnInbox,
+    /// Its context changed: it must look for work with the new one.
+    Relabelled,
     /// The pool is shutting down.
     Shutdown,
 }
@@ -1216,6 +1302,7 @@ fn wait_for_work(
     shared: &Shared,
     index: usize,
     context: &ExecutorContext,
+    relabels_seen: u64,
     effects: &mut Effects,
 ) -> Found {
     let handoff = &shared.handoffs()[index];
@@ -1227,6 +1314,9 @@ fn wait_for_work(
         }
         if own.inbox_pending.load(Ordering::SeqCst) {
             break Found::OwnInbox;
+        }
+        if shared.relabels.load(Ordering::Acquire) != relabels_seen {
+            break Found::Relabelled;
         }
         let mut credit = 0;
         let stolen = shared.steal_for(index, context, &mut credit, effects);
@@ -1301,13 +1391,14 @@ fn run_call(
         Call::Initialize => CallKind::Initialize,
         Call::Process(_) => CallKind::Process,
     };
+    let admission = shared.admission.load();
     let mut cx = ActivityCx::new(
         ticket.id(),
         index,
         context,
         resources,
         ids,
-        &shared.admission,
+        &admission,
         outbox,
     );
     let result = catch_unwind(AssertUnwindSafe(|| {

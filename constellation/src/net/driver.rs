@@ -21,7 +21,10 @@ use rand::SeedableRng;
 use tokio::sync::mpsc;
 
 use super::codec::{FrameCodec, PROTOCOL};
-use super::message::{Member, Notice, Request, Response, StealRequest, WireActivity, WireEvent};
+use super::message::{
+    Member, MemberStatus, Notice, RelabelRequest, Request, Response, StealRequest, WireActivity,
+    WireEvent,
+};
 use super::steal::{Candidate, Strategy, Throttle};
 use super::{MemberView, Node, NodeConfig, NodeError, Shared};
 use crate::activity::Activity;
@@ -69,6 +72,22 @@ pub(crate) enum Command {
     StopStealing,
     /// Leave the pool and stop.
     Leave,
+    /// Send `request` to member `node`; its answer, or why there is none,
+    /// goes to `reply`.
+    Ask {
+        node: NodeId,
+        request: Request,
+        reply: std::sync::mpsc::Sender<Result<Response, String>>,
+    },
+    /// Relabel this node's executors and tell the other members.
+    Relabel {
+        request: RelabelRequest,
+        reply: std::sync::mpsc::Sender<Result<(), String>>,
+    },
+    /// Describe this node.
+    Status {
+        reply: std::sync::mpsc::Sender<MemberStatus>,
+    },
 }
 
 /// The pool's [`Uplink`]: a channel into the driver.
@@ -112,10 +131,9 @@ pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
     let pool = Arc::new(builder.start_with_uplink(uplink)?);
     let keypair = identity::Keypair::generate_ed25519();
     let peer = keypair.public().to_peer_id();
-    let here = MatchTable::new(pool.executor_contexts());
     let shared = Arc::new(Shared {
         members: Mutex::new(Vec::new()),
-        offered: Mutex::new(Arc::new(here.clone())),
+        offered: Mutex::new(pool.matcher()),
         stats: Mutex::new(NetStats::default()),
         lost: Mutex::new(Vec::new()),
         master_seen: AtomicBool::new(false),
@@ -163,7 +181,6 @@ pub(super) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
         shared,
         peer,
         listening,
-        here,
     })
 }
 
@@ -220,6 +237,9 @@ struct Driver {
     steals: HashMap<OutboundRequestId, (ExecutorContext, Candidate<NodeId>)>,
     /// Notices waiting to go out, per destination.
     outbox: HashMap<NodeId, Vec<Notice>>,
+    /// Requests the node handle asked for, and where their answers go.
+    queries: HashMap<OutboundRequestId, std::sync::mpsc::Sender<Result<Response, String>>>,
+    started: Instant,
     rng: StdRng,
     stats: NetStats,
     /// Whether idle executors may ask other nodes for work.
@@ -328,6 +348,8 @@ impl Driver {
             throttles: HashMap::new(),
             steals: HashMap::new(),
             outbox: HashMap::new(),
+            queries: HashMap::new(),
+            started: Instant::now(),
             rng: StdRng::from_entropy(),
             stats: NetStats::default(),
             stealing: true,
@@ -403,6 +425,25 @@ impl Driver {
             Command::StopStealing => self.stealing = false,
             // `run` stops at a leave before it gets here.
             Command::Leave => {}
+            Command::Ask {
+                node,
+                request,
+                reply,
+            } => match self.members.get(&node).filter(|m| !m.leaving) {
+                Some(member) => {
+                    let id = self.request(member.peer, request);
+                    self.queries.insert(id, reply);
+                }
+                None => {
+                    let _ = reply.send(Err(format!("{node} is not a member of the pool")));
+                }
+            },
+            Command::Relabel { request, reply } => {
+                let _ = reply.send(self.relabel(request));
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
         }
     }
 
@@ -692,6 +733,9 @@ impl Driver {
             } => {
                 tracing::debug!(%peer, %error, "request failed");
                 self.deliveries.remove(&request_id);
+                if let Some(reply) = self.queries.remove(&request_id) {
+                    let _ = reply.send(Err(error.to_string()));
+                }
                 if let Some((context, victim)) = self.steals.remove(&request_id) {
                     let round = self.steal_round();
                     if let Some(throttle) = self.throttles.get_mut(&context) {
@@ -761,6 +805,19 @@ impl Driver {
                     self.on_notice(from, notice);
                 }
             }
+            Request::Status => {
+                let status = self.status();
+                self.respond(channel, Response::Status(Box::new(status)));
+            }
+            Request::Relabel(request) => {
+                let from = known.expect("checked");
+                tracing::info!(%from, context = %request.context, "relabelling on request");
+                let response = match self.relabel(request) {
+                    Ok(()) => Response::Ack,
+                    Err(reason) => Response::Refused(reason),
+                };
+                self.respond(channel, response);
+            }
             Request::Leave => {
                 let node = known.expect("checked");
                 self.respond(channel, Response::Ack);
@@ -777,6 +834,10 @@ impl Driver {
     }
 
     fn on_response(&mut self, peer: PeerId, request: OutboundRequestId, response: Response) {
+        if let Some(reply) = self.queries.remove(&request) {
+            let _ = reply.send(Ok(response));
+            return;
+        }
         match response {
             Response::Welcome { me, members } => {
                 self.learn(me, true);
@@ -810,6 +871,7 @@ impl Driver {
             Response::Ack => {
                 self.deliveries.remove(&request);
             }
+            Response::Status(_) => {}
             Response::Refused(reason) => {
                 tracing::debug!(%peer, %reason, "a member refused a request");
                 if let Some((context, _)) = self.steals.remove(&request) {
@@ -818,6 +880,72 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    // ----- administration ---------------------------------------------
+
+    /// Gives the executors `request` names a new context, then tells every
+    /// member what this node offers now. Says why if any executor kept
+    /// its old context.
+    fn relabel(&mut self, request: RelabelRequest) -> Result<(), String> {
+        let count = self.pool.executor_contexts().len();
+        let indices: Vec<usize> = match request.executors {
+            None => (0..count).collect(),
+            Some(list) => list.into_iter().map(|index| index as usize).collect(),
+        };
+        if let Some(&bad) = indices.iter().find(|&&index| index >= count) {
+            return Err(format!(
+                "there is no executor {bad}: this node has {count} (numbered from 0)"
+            ));
+        }
+        let mut refused = Vec::new();
+        let mut changed = false;
+        for index in indices {
+            match self.pool.relabel(index, request.context.clone()) {
+                Ok(()) => changed = true,
+                Err(error) => refused.push(error.to_string()),
+            }
+        }
+        if changed {
+            self.me.executors = self.pool.executor_contexts().to_vec();
+            let members: Vec<NodeId> = self.members.keys().copied().collect();
+            for node in members {
+                self.notify(node, Notice::Relabelled(self.me.executors.clone()));
+            }
+            self.publish_members();
+            self.try_steal();
+        }
+        match refused.is_empty() {
+            true => Ok(()),
+            false => Err(refused.join("; ")),
+        }
+    }
+
+    /// What this node says about itself to `constellation status`.
+    fn status(&self) -> MemberStatus {
+        let counts = self.pool.counts();
+        let mut member = self.me.clone();
+        member.executors = self.pool.executor_contexts().to_vec();
+        let now = Instant::now();
+        MemberStatus {
+            member,
+            role: self.config.role.clone(),
+            host: self.config.host.clone(),
+            pid: std::process::id(),
+            uptime_s: now.duration_since(self.started).as_secs_f64(),
+            busy: self.pool.busy_executors(),
+            queued: (self.pool.queued_by_label().into_iter())
+                .map(|(label, count)| (label, count as u64))
+                .collect(),
+            running: counts.running as u64,
+            waiting: counts.live.saturating_sub(counts.queued + counts.running) as u64,
+            finished: counts.finished as u64,
+            walltime_left_s: (self.config.deadline)
+                .map(|deadline| deadline.saturating_duration_since(now).as_secs_f64()),
+            longest_call_s: self.pool.longest_call().as_secs_f64(),
+            draining: !self.stealing || self.leaving,
+            members_known: self.members.len() as u32,
         }
     }
 
@@ -865,7 +993,7 @@ impl Driver {
         let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
         for executor in idle {
             if let Some(context) = self.pool.executor_context(executor) {
-                match contexts.iter_mut().find(|(c, _)| c == context) {
+                match contexts.iter_mut().find(|(c, _)| *c == context) {
                     Some((_, count)) => *count += 1,
                     None => contexts.push((context.clone(), 1)),
                 }
@@ -1044,6 +1172,12 @@ impl Driver {
                 // two nodes that hear of each other at once connect once.
                 let dial = member.peer.as_str() > self.me.peer.as_str();
                 self.learn(member, dial);
+            }
+            Notice::Relabelled(executors) => {
+                if let Some(member) = self.members.get_mut(&from) {
+                    member.info.executors = executors;
+                    self.publish_members();
+                }
             }
             Notice::Moved { id, at } => {
                 if id.origin() == self.node && at != self.node {

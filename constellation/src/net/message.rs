@@ -25,6 +25,11 @@ pub enum Request {
     Deliver(Vec<Notice>),
     /// The sender leaves the pool: it runs nothing and holds nothing any more.
     Leave,
+    /// "How are you doing?": answered with [`Response::Status`].
+    Status,
+    /// Gives the receiver's executors a new context while they run.
+    /// Answered with [`Response::Ack`], or [`Response::Refused`] saying why.
+    Relabel(RelabelRequest),
     /// Never sent: what the codec hands the driver in place of a frame it
     /// refused (malformed, or over the size limit), so the driver can count
     /// it and cut the peer off. libp2p would only log a read error.
@@ -48,6 +53,50 @@ pub enum Response {
     Ack,
     /// The request was refused; the text says why.
     Refused(String),
+    /// The answer to [`Request::Status`].
+    Status(Box<MemberStatus>),
+}
+
+/// Which executors of a node get which new context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RelabelRequest {
+    /// The executors, by index; all of them if `None`.
+    pub executors: Option<Vec<u32>>,
+    /// What they offer from now on, replacing what they offered.
+    pub context: ExecutorContext,
+}
+
+/// What a member says about itself when asked, for `constellation status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// Who it is, with what its executors offer now.
+    pub member: Member,
+    /// What the process is, as it described itself (`agent`, `pool`, `run`, ...).
+    pub role: String,
+    /// The host it runs on, as it described itself.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Seconds since it started.
+    pub uptime_s: f64,
+    /// Per executor, in index order: whether it is inside a call now.
+    pub busy: Vec<bool>,
+    /// Never-started activities queued on it, per label name.
+    pub queued: Vec<(String, u64)>,
+    /// Activities inside a call.
+    pub running: u64,
+    /// Started activities waiting for events, or ready to process them.
+    pub waiting: u64,
+    /// Activities finished on it so far.
+    pub finished: u64,
+    /// Seconds until it must be gone (an agent's walltime), as it sees it.
+    pub walltime_left_s: Option<f64>,
+    /// The longest activity call it has made, in seconds.
+    pub longest_call_s: f64,
+    /// Whether it has stopped taking work from others (it is draining).
+    pub draining: bool,
+    /// Members it knows, itself not included.
+    pub members_known: u32,
 }
 
 /// One member of a pool, as the others know it.
@@ -137,6 +186,8 @@ pub enum Notice {
         /// Why it was given up.
         reason: String,
     },
+    /// The sender's executors were relabelled; they offer this now.
+    Relabelled(Vec<ExecutorContext>),
     /// An activity the receiver exported arrived as the thief was leaving
     /// the pool; the exporter queues it again as it was.
     Declined(ActivityId),

@@ -81,11 +81,13 @@ use crate::core::{MatchTable, SubmitError};
 use crate::event::PayloadValue;
 use crate::id::{ActivityId, NodeId};
 use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
+use message::{Request, Response};
 
 pub use driver::NetStats;
 pub use key::PoolKey;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
+pub use message::{MemberStatus, RelabelRequest};
 pub use steal::Strategy;
 
 /// How a node joins and behaves in a pool.
@@ -120,6 +122,13 @@ pub struct NodeConfig {
     pub max_frame: usize,
     /// How long an event for an activity not (yet) here waits for it.
     pub early_event_wait: Duration,
+    /// What this process is, for `constellation status`: `agent`, `pool`,
+    /// `run`, ... The default is `node`.
+    pub role: String,
+    /// The host this node runs on, for `constellation status`.
+    pub host: String,
+    /// When this node must be gone (an agent's walltime), if it must.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for NodeConfig {
@@ -138,6 +147,9 @@ impl Default for NodeConfig {
             max_attempts: 3,
             max_frame: codec::DEFAULT_MAX_FRAME,
             early_event_wait: Duration::from_secs(10),
+            role: "node".to_string(),
+            host: String::new(),
+            deadline: None,
         }
     }
 }
@@ -168,6 +180,22 @@ pub enum NodeError {
     /// No known member offers what an activity needs.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// A member answered a request with a refusal.
+    #[error("{node} refused: {reason}")]
+    Refused {
+        /// The member.
+        node: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// A request to a member got no answer.
+    #[error("no answer from {node}: {reason}")]
+    NoAnswer {
+        /// The member.
+        node: NodeId,
+        /// Why.
+        reason: String,
+    },
     /// Waiting for members timed out.
     #[error("timed out after {waited:?} with {members} members, waiting for {wanted}")]
     Timeout {
@@ -217,8 +245,6 @@ pub struct Node {
     shared: Arc<Shared>,
     peer: PeerId,
     listening: Vec<Multiaddr>,
-    /// What this node's executors offer.
-    here: MatchTable,
 }
 
 impl Node {
@@ -258,10 +284,11 @@ impl Node {
     pub fn submit<A: Activity>(&self, activity: A) -> Result<ActivityId, NodeError> {
         let contexts = activity.context();
         let address = self.pool().address();
+        let here = self.pool().matcher();
         if !activity.may_be_stolen() {
             // It stays on this node, so only this node's executors count.
-            self.here.check(address, &contexts, None)?;
-        } else if !self.here.any_executor_can_run(&contexts) {
+            here.check(address, &contexts, None)?;
+        } else if !here.any_executor_can_run(&contexts) {
             let offered = self.shared.offered.lock().clone();
             offered.check(address, &contexts, None)?;
         }
@@ -359,6 +386,95 @@ impl Node {
         Ok((summary, stats))
     }
 
+    /// What this node would tell `constellation status` about itself.
+    pub fn status(&self) -> Result<MemberStatus, NodeError> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let _ = self.commands.send(driver::Command::Status { reply });
+        answer.recv().map_err(|_| NodeError::NoAnswer {
+            node: self.node_id(),
+            reason: "the network driver has stopped".into(),
+        })
+    }
+
+    /// Asks member `node` how it is doing.
+    pub fn member_status(
+        &self,
+        node: NodeId,
+        timeout: Duration,
+    ) -> Result<MemberStatus, NodeError> {
+        match self.ask(node, Request::Status, timeout)? {
+            Response::Status(status) => Ok(*status),
+            other => Err(unexpected(node, &other)),
+        }
+    }
+
+    /// Gives executors of this node (all if `executors` is `None`) a new
+    /// context while they run, and tells the other members, which steal
+    /// and send work accordingly from then on.
+    pub fn relabel(
+        &self,
+        executors: Option<Vec<u32>>,
+        context: ExecutorContext,
+    ) -> Result<(), NodeError> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let request = RelabelRequest { executors, context };
+        let _ = self
+            .commands
+            .send(driver::Command::Relabel { request, reply });
+        let node = self.node_id();
+        match answer.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(NodeError::Refused { node, reason }),
+            Err(_) => Err(NodeError::NoAnswer {
+                node,
+                reason: "the network driver has stopped".into(),
+            }),
+        }
+    }
+
+    /// [`relabel`](Self::relabel) for member `node`'s executors.
+    pub fn relabel_member(
+        &self,
+        node: NodeId,
+        executors: Option<Vec<u32>>,
+        context: ExecutorContext,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let request = Request::Relabel(RelabelRequest { executors, context });
+        match self.ask(node, request, timeout)? {
+            Response::Ack => Ok(()),
+            Response::Refused(reason) => Err(NodeError::Refused { node, reason }),
+            other => Err(unexpected(node, &other)),
+        }
+    }
+
+    fn ask(
+        &self,
+        node: NodeId,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, NodeError> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let command = driver::Command::Ask {
+            node,
+            request,
+            reply,
+        };
+        let _ = self.commands.send(command);
+        match answer.recv_timeout(timeout) {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(reason)) => Err(NodeError::NoAnswer { node, reason }),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(NodeError::NoAnswer {
+                node,
+                reason: format!("no answer within {timeout:?}"),
+            }),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(NodeError::NoAnswer {
+                node,
+                reason: "the network driver has stopped".into(),
+            }),
+        }
+    }
+
     /// Stops asking other nodes for work; work already here still runs, and
     /// others may still steal from this node. An agent calls this when its
     /// allocation is about to end, then [`done`](Self::done).
@@ -380,6 +496,13 @@ impl Node {
                 tracing::error!("the network driver thread panicked");
             }
         }
+    }
+}
+
+fn unexpected(node: NodeId, response: &Response) -> NodeError {
+    NodeError::NoAnswer {
+        node,
+        reason: format!("it gave an answer of the wrong kind: {response:?}"),
     }
 }
 
