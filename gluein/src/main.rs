@@ -30,6 +30,11 @@ enum Command {
     Pool(commands::pool::PoolArgs),
     /// Join a pool with executors on this machine, until told or timed to leave.
     Agent(commands::agent::AgentArgs),
+    /// Show the pool's members, their executors and labels, queues per
+    /// label, running work and the agents' remaining walltime.
+    Status(commands::status::StatusArgs),
+    /// Give a live agent's executors new labels, without a restart.
+    Relabel(commands::relabel::RelabelArgs),
     /// Submit pilot jobs that start agents (Slurm, PBS, ssh, local); list, cancel.
     Glidein(commands::glidein::GlideinArgs),
 }
@@ -43,6 +48,8 @@ fn main() -> ExitCode {
         Command::Probe(args) => commands::probe::main(args),
         Command::Pool(args) => commands::pool::main(args),
         Command::Agent(args) => commands::agent::main(args),
+        Command::Status(args) => commands::status::main(args),
+        Command::Relabel(args) => commands::relabel::main(args),
         Command::Glidein(args) => commands::glidein::main(args),
     };
     match outcome {

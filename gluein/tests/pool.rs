@@ -396,3 +396,166 @@ fn bad_pools_are_clear_errors() {
         text(&bad)
     );
 }
+
+/// `status --json` parsed, once it shows `agents` agents.
+fn status_with_agents(dir: &Path, agents: usize) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = run(dir, &["status", "--pool", "pool.json", "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
+        let members = json["members"].as_array().expect("a member list");
+        let seen = members.iter().filter(|m| m["role"] == "agent").count();
+        if seen == agents {
+            return json;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{agents} agents never showed: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn agent_labels(json: &serde_json::Value) -> Vec<String> {
+    let agent = (json["members"].as_array().unwrap().iter())
+        .find(|m| m["role"] == "agent")
+        .expect("an agent");
+    (agent["executors"].as_array().unwrap().iter())
+        .map(|e| e["labels"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn status_shows_the_pool_and_relabel_retargets_a_live_agent() {
+    let dir = scratch("relabel");
+    let _pool = pool(&dir);
+    let _agent = spawn(
+        &dir,
+        &[
+            "agent",
+            "--pool",
+            "pool.json",
+            "-n",
+            "2",
+            "--context",
+            "cpu",
+            "--walltime",
+            "1h",
+        ],
+        "agent.log",
+    );
+    let json = status_with_agents(&dir, 1);
+    let members = json["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "the pool node and the agent: {json}");
+    assert_eq!(members[0]["role"], "pool");
+    assert!(members[0]["executors"].as_array().unwrap().is_empty());
+    let agent = &members[1];
+    let left = agent["walltime_left_s"]
+        .as_f64()
+        .expect("the agent has a walltime");
+    assert!(left > 3500.0 && left <= 3600.0, "{left}");
+    let labels = agent_labels(&json);
+    assert_eq!(labels.len(), 2);
+    assert!(labels.iter().all(|l| l.starts_with("cpu,")), "{labels:?}");
+    let id = agent["node"].as_str().unwrap().to_string();
+
+    let human = run(&dir, &["status", "--pool", "pool.json"]);
+    let shown = text(&human);
+    assert!(human.status.success(), "{shown}");
+    for expected in [
+        "2 member(s), 1 agent(s); 2 executor(s)",
+        "MEMBER",
+        "WALLTIME",
+        &id,
+        "#0-1",
+    ] {
+        assert!(
+            shown.contains(expected),
+            "{expected:?} missing from\n{shown}"
+        );
+    }
+
+    let relabelled = run(
+        &dir,
+        &[
+            "relabel",
+            "--pool",
+            "pool.json",
+            "--agent",
+            &id,
+            "--context",
+            "gpu",
+        ],
+    );
+    let said = text(&relabelled);
+    assert!(relabelled.status.success(), "{said}");
+    assert!(
+        said.contains("#0  cpu,") && said.contains("->  gpu"),
+        "{said}"
+    );
+    assert_eq!(agent_labels(&status_with_agents(&dir, 1)), ["gpu", "gpu"]);
+
+    // gpu work now runs on the agent, under its new labels ...
+    let graph = dir.join("gpu.toml");
+    let marks_dir = dir.join("marks");
+    std::fs::create_dir_all(&marks_dir).unwrap();
+    std::fs::write(
+        &graph,
+        format!(
+            "[[activity]]\nid = \"g-{{n}}\"\nfor = {{ n = \"1..=4\" }}\ncontext = \"gpu\"\n\
+             script = \"echo \\\"$CONSTELLATION_LABELS 0 0\\\" > {}/{{n}}\"\n",
+            marks_dir.display()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--pool",
+        "pool.json",
+        "--wait-agents",
+        "1",
+        "--progress",
+        "none",
+    ];
+    let ran = run(
+        &dir,
+        &[&["run", graph.to_str().unwrap()][..], &args].concat(),
+    );
+    assert!(ran.status.success(), "{}", text(&ran));
+    let marks = marks(&dir);
+    assert_eq!(marks.len(), 4);
+    assert!(marks.iter().all(|m| m.0 == "gpu"), "{marks:?}");
+
+    // ... and cpu work finds no executor.
+    let cpu = dir.join("cpu.toml");
+    std::fs::write(
+        &cpu,
+        "[[activity]]\nid = \"c\"\ncontext = \"cpu\"\nscript = \"true\"\n",
+    )
+    .unwrap();
+    let refused = run(&dir, &[&["run", cpu.to_str().unwrap()][..], &args].concat());
+    let why = text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{why}");
+    assert!(why.contains("cpu"), "{why}");
+
+    // A wrong id is a clear error that lists the members.
+    let wrong = run(
+        &dir,
+        &[
+            "relabel",
+            "--pool",
+            "pool.json",
+            "--agent",
+            "zzzz",
+            "--context",
+            "gpu",
+        ],
+    );
+    let why = text(&wrong);
+    assert_eq!(wrong.status.code(), Some(2), "{why}");
+    assert!(
+        why.contains("no member of the pool has the id \"zzzz\"") && why.contains(&id),
+        "{why}"
+    );
+}

@@ -768,7 +768,12 @@ impl Driver {
                 let _ = self.swarm.disconnect_peer_id(peer);
             }
             Request::Hello(member) => {
-                let members = (self.members.values()).map(|m| m.info.clone()).collect();
+                // Not those that said they leave: the newcomer would dial
+                // them in vain, or find them gone a moment later.
+                let members = (self.members.values())
+                    .filter(|m| !m.leaving)
+                    .map(|m| m.info.clone())
+                    .collect();
                 let member_peer = member.peer.clone();
                 if member_peer != peer.to_string() {
                     self.respond(
@@ -940,7 +945,7 @@ impl Driver {
                 .collect(),
             running: counts.running as u64,
             waiting: counts.live.saturating_sub(counts.queued + counts.running) as u64,
-            finished: counts.finished as u64,
+            finished: counts.finished,
             walltime_left_s: (self.config.deadline)
                 .map(|deadline| deadline.saturating_duration_since(now).as_secs_f64()),
             longest_call_s: self.pool.longest_call().as_secs_f64(),

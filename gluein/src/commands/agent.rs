@@ -35,7 +35,12 @@ The executors get the probed labels (cpu, cores=N, mem=G, host:NAME,
 site:NAME, gpu...) after yours, and `anywhere` last.")]
 pub struct AgentArgs {
     /// The pool: a pool file from `constellation pool start`, or an address.
-    #[arg(long, env = "CONSTELLATION_POOL", value_name = "FILE|MULTIADDR")]
+    #[arg(
+        long,
+        env = "CONSTELLATION_POOL",
+        default_value = "constellation-pool.json",
+        value_name = "FILE|MULTIADDR"
+    )]
     pool: String,
     /// The pool key, if the pool file does not name it.
     #[arg(long, value_name = "FILE")]
@@ -100,6 +105,9 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
             Some(_) => count,
             None => NodeConfig::default().max_steal,
         },
+        role: "agent".into(),
+        host: hardware.hostname.clone(),
+        deadline: args.walltime.map(|walltime| started + walltime),
         ..NodeConfig::default()
     };
     let context = hardware.executor_context(&user, false);

@@ -4,8 +4,10 @@ pub mod agent;
 pub mod glidein;
 pub mod pool;
 pub mod probe;
+pub mod relabel;
 pub mod report;
 pub mod run;
+pub mod status;
 
 use anyhow::Context as _;
 use constellation::Context;
@@ -22,4 +24,61 @@ fn user_labels(option: Option<&str>) -> anyhow::Result<Vec<Context>> {
         .map(str::parse::<Context>)
         .collect::<Result<_, _>>()
         .with_context(|| format!("--context {text:?}"))
+}
+
+/// Label of the one executor of a node that only looks at the pool
+/// (`status`, `relabel`): nothing asks for it, so no work goes there.
+const OBSERVER_LABEL: &str = "constellation:observer";
+
+/// Joins the pool `pool` as an observer described as `role`, and waits
+/// until it knows the members the pool node knows.
+fn observe(
+    pool: &str,
+    key_file: Option<&std::path::Path>,
+    role: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<constellation::net::Node> {
+    use constellation::net::{Node, NodeConfig};
+    use std::time::{Duration, Instant};
+    let joining = gluein::poolfile::joining(pool, key_file)?;
+    let config = NodeConfig {
+        listen: joining.default_listen().parse().expect("a valid multiaddr"),
+        bootstrap: joining.bootstrap,
+        key: joining.key,
+        role: role.to_string(),
+        host: executors::probe::hostname(),
+        ..NodeConfig::default()
+    };
+    let observer = constellation::ExecutorContext::new([Context::new(OBSERVER_LABEL)]);
+    let node = Node::start(config, constellation::Pool::builder().executor(observer))?;
+    node.wait_for_members(2, timeout).with_context(|| {
+        format!(
+            "could not reach the pool {pool} within {} s",
+            timeout.as_secs()
+        )
+    })?;
+    // The pool node's welcome names every member it knows, and they come
+    // in one by one: wait until the count holds still for a moment.
+    let settle = Duration::from_millis(300);
+    let give_up = Instant::now() + Duration::from_secs(3);
+    let mut known = node.members().len();
+    let mut since = Instant::now();
+    while since.elapsed() < settle && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = node.members().len();
+        if now != known {
+            known = now;
+            since = Instant::now();
+        }
+    }
+    Ok(node)
+}
+
+/// Whether `context` belongs to a node's own machinery (the pool node's
+/// placeholder, an observer, a run's coordinator) rather than to work.
+fn is_internal(context: &constellation::ExecutorContext) -> bool {
+    context.contexts.iter().all(|c| {
+        let name = c.label.name();
+        name.starts_with("constellation:") || &*name == graph::COORDINATOR_LABEL
+    })
 }

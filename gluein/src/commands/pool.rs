@@ -83,6 +83,8 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         key,
         site: args.site.clone(),
         master: true,
+        role: "pool".into(),
+        host: executors::probe::hostname(),
         ..NodeConfig::default()
     };
     // The pool node runs no work itself: one executor offering a label

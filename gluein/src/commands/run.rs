@@ -292,6 +292,8 @@ fn join_pool(pool: &str, args: &RunArgs, executors: &[ExecutorContext]) -> anyho
         listen: listen.parse().expect("a valid multiaddr"),
         bootstrap: joining.bootstrap,
         key: joining.key,
+        role: "run".into(),
+        host: executors::probe::hostname(),
         ..NodeConfig::default()
     };
     let node = Node::start(config, with_coordinator(executors))?;
@@ -316,14 +318,8 @@ fn join_pool(pool: &str, args: &RunArgs, executors: &[ExecutorContext]) -> anyho
 
 /// Members of the pool that run work: not the pool node, not runners.
 fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
-    node.members().into_iter().filter(|member| {
-        member.executors.iter().any(|e| {
-            e.contexts.iter().any(|c| {
-                let name = c.label.name();
-                !name.starts_with("constellation:") && &*name != COORDINATOR_LABEL
-            })
-        })
-    })
+    (node.members().into_iter())
+        .filter(|member| member.executors.iter().any(|e| !super::is_internal(e)))
 }
 
 /// What the pool's agents and this node's own executors offer.
