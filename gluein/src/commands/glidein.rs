@@ -15,6 +15,7 @@ Examples:
   constellation glidein slurm --nodes 4 --walltime 2h --executors-per-node 16 -- --partition=short
   constellation glidein pbs --nodes 2 --walltime 1h -- -q batch
   constellation glidein ssh --nodes 2 --hosts node1,node2 --walltime 8h
+  constellation glidein ssh --hosts gpu1 --ssh-option Port=2222 --walltime 8h
   constellation glidein local --nodes 2 --walltime 30m --dry-run
   constellation glidein list
   constellation glidein cancel slurm-20261121T101500Z
@@ -34,7 +35,7 @@ enum GlideinCommand {
     /// Submit pilots to PBS/Torque (`qsub`; one agent per node with `pbsdsh`).
     Pbs(SubmitArgs),
     /// Start agents on hosts over ssh.
-    Ssh(SubmitArgs),
+    Ssh(SshArgs),
     /// Start agents on this machine.
     Local(SubmitArgs),
     /// Show the allocations and their states (queried afresh).
@@ -72,9 +73,6 @@ struct SubmitArgs {
     /// The pool file the agents join (must be readable on the nodes).
     #[arg(long, default_value = "constellation-pool.json", value_name = "FILE")]
     pool: PathBuf,
-    /// Hosts for ssh, comma separated.
-    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
-    hosts: Vec<String>,
     /// The constellation binary on the nodes (default: this one).
     #[arg(long, value_name = "PATH")]
     agent_binary: Option<PathBuf>,
@@ -86,15 +84,38 @@ struct SubmitArgs {
     raw: Vec<String>,
 }
 
+/// `glidein ssh`: the common arguments, the hosts and ssh options.
+#[derive(Args)]
+struct SshArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// Hosts to start one agent on each, comma separated (`user@host` works).
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS", required = true)]
+    hosts: Vec<String>,
+    /// An option for every ssh call (start, `glidein list`, cancel), as
+    /// `ssh -o` takes it, e.g. `--ssh-option Port=2222 --ssh-option
+    /// IdentityFile=~/.ssh/cluster`; repeat for more. Your ~/.ssh/config
+    /// applies too; these come first, so they win over it and over our
+    /// defaults (BatchMode=yes, ConnectTimeout=10).
+    #[arg(long = "ssh-option", value_name = "KEY=VALUE")]
+    ssh_options: Vec<String>,
+}
+
 /// Runs a glidein subcommand.
 pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     let root = alloc::default_root()?;
     let runner = SystemRunner::new();
+    let submit = |backend, submit: SubmitArgs, extra: &dyn Fn(&mut PilotSpec)| {
+        start(backend, submit, extra, &root, &runner)
+    };
     match args.command {
-        GlideinCommand::Slurm(submit) => start(Backend::Slurm, submit, &root, &runner),
-        GlideinCommand::Pbs(submit) => start(Backend::Pbs, submit, &root, &runner),
-        GlideinCommand::Ssh(submit) => start(Backend::Ssh, submit, &root, &runner),
-        GlideinCommand::Local(submit) => start(Backend::Local, submit, &root, &runner),
+        GlideinCommand::Slurm(args) => submit(Backend::Slurm, args, &|_| {}),
+        GlideinCommand::Pbs(args) => submit(Backend::Pbs, args, &|_| {}),
+        GlideinCommand::Ssh(args) => submit(Backend::Ssh, args.submit, &|spec| {
+            spec.hosts = args.hosts.clone();
+            spec.ssh_options = args.ssh_options.clone();
+        }),
+        GlideinCommand::Local(args) => submit(Backend::Local, args, &|_| {}),
         GlideinCommand::List => list(&root, &runner),
         GlideinCommand::Cancel { id } => {
             let mut allocation = alloc::load(&root.join(&id)).with_context(|| {
@@ -115,9 +136,12 @@ pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Submits (or, with --dry-run, shows) a pilot for `backend`; `extra`
+/// fills in what only that backend's arguments have.
 fn start(
     backend: Backend,
     args: SubmitArgs,
+    extra: &dyn Fn(&mut PilotSpec),
     root: &std::path::Path,
     runner: &SystemRunner,
 ) -> anyhow::Result<ExitCode> {
@@ -135,8 +159,8 @@ fn start(
     spec.executors_per_node = args.executors_per_node;
     spec.context = args.context;
     spec.site = args.site;
-    spec.hosts = args.hosts;
     spec.raw_args = args.raw;
+    extra(&mut spec);
     spec.absolutize(&std::env::current_dir()?);
     let now = alloc::unix_now();
     if args.dry_run {

@@ -154,6 +154,7 @@ pub fn submit(
     record.nodes = spec.nodes;
     record.walltime_secs = spec.walltime.as_secs();
     record.hosts = spec.hosts.clone();
+    record.ssh_options = spec.ssh_options.clone();
     write_scripts(spec, &alloc)?;
     let cmd = submit_command(spec, alloc.dir());
     alloc.record.submit_command = Some(cmd.clone());

@@ -27,6 +27,19 @@ use crate::glidein::spec::{Backend, PilotSpec};
 /// answer), and give up on unreachable hosts quickly.
 pub const SSH_OPTIONS: [&str; 4] = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"];
 
+/// `ssh`, then `-o OPTION` for each of the user's `options`, then
+/// [`SSH_OPTIONS`]. The user's come first because ssh keeps the first
+/// value it sees for a key, so `ConnectTimeout=30` overrides ours.
+pub fn ssh_command(options: &[String]) -> Vec<String> {
+    let mut words = vec!["ssh".to_string()];
+    for option in options {
+        words.push("-o".to_string());
+        words.push(option.clone());
+    }
+    words.extend(SSH_OPTIONS.iter().map(|s| s.to_string()));
+    words
+}
+
 /// Exit status of the ssh pilot when some, but not all, agents started.
 pub const SSH_PARTIAL_EXIT: i32 = 3;
 
@@ -140,7 +153,7 @@ pub fn cancel_script(spec: &PilotSpec, dir: &Path) -> Result<Option<String>, Scr
     let dir = path_str(dir)?;
     Ok(match spec.backend {
         Backend::Slurm | Backend::Pbs => None,
-        Backend::Ssh => Some(ssh_cancel_script(dir)),
+        Backend::Ssh => Some(ssh_cancel_script(dir, &spec.ssh_options)),
         Backend::Local => Some(local_cancel_script(dir, spec.nodes)),
     })
 }
@@ -240,7 +253,7 @@ pub fn ssh_remote_command(spec: &PilotSpec, dir: &str, host: &str) -> String {
 /// connect timeout, not N of them), record `host:pid`, and exit 0 if all
 /// started, [`SSH_PARTIAL_EXIT`] if some did, 1 if none did.
 fn ssh_script(spec: &PilotSpec, dir: &str) -> String {
-    let ssh = format!("ssh {}", SSH_OPTIONS.join(" "));
+    let ssh = shell_join(&ssh_command(&spec.ssh_options));
     let mut lines = vec!["#!/bin/bash".to_string()];
     lines.extend(margin_comment(spec));
     lines.extend([
@@ -290,31 +303,40 @@ fn ssh_script(spec: &PilotSpec, dir: &str) -> String {
     finish(lines)
 }
 
-/// ssh cancel: SIGTERM every recorded agent. An agent that is already gone
+/// ssh cancel: SIGTERM every recorded agent, all hosts at once (so
+/// unreachable hosts cost one connect timeout, not one each, and the
+/// script fits in the runner's time limit). An agent that is already gone
 /// is fine; an unreachable host is an error (its agent may still run).
-fn ssh_cancel_script(dir: &str) -> String {
-    let ssh = format!("ssh {}", SSH_OPTIONS.join(" "));
+fn ssh_cancel_script(dir: &str, options: &[String]) -> String {
+    let ssh = shell_join(&ssh_command(options));
     finish(vec![
         "#!/bin/bash".to_string(),
         "# Stops the agents started by pilot.sh (one `host:pid` per line in the".to_string(),
         "# pids file) with SIGTERM, so they leave the pool cleanly.".to_string(),
         "set -uo pipefail".to_string(),
         format!("PIDS={}", shell_quote(&file_in(dir, PIDS_FILE))),
-        "status=0".to_string(),
-        "while IFS= read -r line || [ -n \"$line\" ]; do".to_string(),
-        "  host=${line%:*}".to_string(),
-        "  pid=${line##*:}".to_string(),
-        "  [[ $pid =~ ^[0-9]+$ ]] || continue".to_string(),
+        "stop_agent() {".to_string(),
+        "  local host=$1 pid=$2 rc".to_string(),
         "  # stdin from /dev/null, or ssh would swallow the rest of the pids file".to_string(),
         format!("  {ssh} \"$host\" \"kill $pid\" < /dev/null"),
         "  rc=$?".to_string(),
         "  if [ \"$rc\" -eq 255 ]; then".to_string(),
         "    echo \"glidein: could not reach $host to stop agent $pid\" >&2".to_string(),
-        "    status=1".to_string(),
+        "    return 1".to_string(),
         "  elif [ \"$rc\" -ne 0 ]; then".to_string(),
         "    echo \"glidein: agent $pid on $host was already gone\" >&2".to_string(),
         "  fi".to_string(),
+        "}".to_string(),
+        "stoppers=()".to_string(),
+        "while IFS= read -r line || [ -n \"$line\" ]; do".to_string(),
+        "  host=${line%:*}".to_string(),
+        "  pid=${line##*:}".to_string(),
+        "  [[ $pid =~ ^[0-9]+$ ]] || continue".to_string(),
+        "  stop_agent \"$host\" \"$pid\" &".to_string(),
+        "  stoppers+=(\"$!\")".to_string(),
         "done < \"$PIDS\"".to_string(),
+        "status=0".to_string(),
+        "for s in \"${stoppers[@]}\"; do wait \"$s\" || status=1; done".to_string(),
         "exit \"$status\"".to_string(),
     ])
 }
@@ -569,13 +591,30 @@ mod tests {
         s.nodes = 2;
         let text = pilot_script(&s, Path::new("/h/a b")).unwrap();
         assert!(text.contains("PIDS='/h/a b/pids'\n"));
-        assert!(text.contains("ssh -o BatchMode=yes -o ConnectTimeout=10 \"$host\" \"$remote\""));
+        assert!(
+            text.contains("ssh -o 'BatchMode=yes' -o 'ConnectTimeout=10' \"$host\" \"$remote\"")
+        );
         assert_eq!(text.matches("start_agent node1 ").count(), 1);
         assert_eq!(text.matches("start_agent alice@node2 ").count(), 1);
         assert!(text.contains("exit 3"));
         bash(&format!("bash -n <<'EOF'\n{text}EOF"));
         let cancel = cancel_script(&s, Path::new("/h/a b")).unwrap().unwrap();
         assert!(cancel.contains("\"kill $pid\" < /dev/null"));
+        bash(&format!("bash -n <<'EOF'\n{cancel}EOF"));
+    }
+
+    #[test]
+    fn ssh_options_go_into_every_ssh_call() {
+        let mut s = spec(Backend::Ssh);
+        s.hosts = vec!["node1".into()];
+        s.nodes = 1;
+        s.ssh_options = vec!["Port=2222".into(), "IdentityFile=/h/my key".into()];
+        let ssh = "ssh -o 'Port=2222' -o 'IdentityFile=/h/my key' -o 'BatchMode=yes' \
+                   -o 'ConnectTimeout=10' \"$host\"";
+        let pilot = pilot_script(&s, Path::new("/h/a")).unwrap();
+        assert!(pilot.contains(ssh), "{pilot}");
+        let cancel = cancel_script(&s, Path::new("/h/a")).unwrap().unwrap();
+        assert!(cancel.contains(ssh), "{cancel}");
         bash(&format!("bash -n <<'EOF'\n{cancel}EOF"));
     }
 
