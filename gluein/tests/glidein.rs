@@ -1,11 +1,117 @@
 //! `constellation glidein` as a user runs it, with real processes: the
-//! ssh backend's options are checked before anything runs.
+//! local backend's agents join a real pool and run a bag, then are
+//! cancelled; the ssh backend's options are checked before anything runs.
 
 mod common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use common::{run, scratch, text};
+use common::{
+    agent_pids, alive, allocation_dir, allocation_ids, allocation_state, log, marks, run, scratch,
+    sleepers, start_pool, text, AgentsGuard,
+};
+
+/// Waits up to `limit` for `done`, panicking with `what` after that.
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn local_pilot_agents_run_a_bag_and_leave_when_cancelled() {
+    let dir = scratch("glidein-local");
+    let _pool = start_pool(&dir);
+    let submitted = run(
+        &dir,
+        &[
+            "glidein",
+            "local",
+            "--nodes",
+            "2",
+            "--walltime",
+            "10m",
+            "--executors-per-node",
+            "1",
+            "--context",
+            "glided",
+            "--pool",
+            "pool.json",
+        ],
+    );
+    assert!(submitted.status.success(), "{}", text(&submitted));
+    let ids = allocation_ids(&dir);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = &ids[0];
+    let alloc = allocation_dir(&dir, id);
+    let _agents = AgentsGuard(alloc.clone());
+    assert_eq!(allocation_state(&dir, id)["state"]["kind"], "running");
+
+    let graph = sleepers(&dir, 12, 0.2);
+    let ran = run(
+        &dir,
+        &[
+            "run",
+            graph.to_str().expect("UTF-8 path"),
+            "--pool",
+            "pool.json",
+            "--wait-agents",
+            "2",
+            "--wait-timeout",
+            "60s",
+            "--progress",
+            "none",
+        ],
+    );
+    let agent_logs = || {
+        format!(
+            "{}{}",
+            log(&alloc, "agent-1.stderr"),
+            log(&alloc, "agent-2.stderr")
+        )
+    };
+    assert!(ran.status.success(), "{}\n{}", text(&ran), agent_logs());
+    let marks = marks(&dir);
+    assert_eq!(marks.len(), 12, "every activity ran once");
+    assert!(
+        marks.iter().all(|m| m.0 == "glided"),
+        "only the glided agents ran work: {marks:?}"
+    );
+
+    let agents = agent_pids(&alloc);
+    assert_eq!(agents.len(), 2, "{agents:?}");
+    let listed = run(&dir, &["glidein", "list"]);
+    assert!(listed.status.success(), "{}", text(&listed));
+    let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let line = listing.lines().find(|l| l.starts_with(id.as_str()));
+    assert!(line.is_some_and(|l| l.ends_with("running")), "{listing}");
+
+    let cancelled = run(&dir, &["glidein", "cancel", id]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    for (_, pid) in &agents {
+        wait_for("the agents to leave", Duration::from_secs(30), || {
+            !alive(*pid)
+        });
+    }
+    // The pilot saw its agents leave cleanly and recorded that.
+    let status = alloc.join("exit_status");
+    wait_for("the pilot's exit status", Duration::from_secs(10), || {
+        status.is_file()
+    });
+    assert_eq!(log(&alloc, "exit_status").trim(), "0", "{}", agent_logs());
+    for i in 1..=2 {
+        let stderr = log(&alloc, &format!("agent-{i}.stderr"));
+        assert!(stderr.contains("joined"), "{stderr}");
+        assert!(stderr.contains("agent leaving: asked to stop"), "{stderr}");
+    }
+    let listed = run(&dir, &["glidein", "list"]);
+    let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let line = listing.lines().find(|l| l.starts_with(id.as_str()));
+    assert!(line.is_some_and(|l| l.ends_with("cancelled")), "{listing}");
+}
 
 #[test]
 fn ssh_options_are_only_for_ssh_and_must_look_like_ssh_options() {
