@@ -1,15 +1,18 @@
 //! `constellation glidein` as a user runs it, with real processes: the
 //! local backend's agents join a real pool and run a bag, then are
-//! cancelled; the ssh backend's options are checked before anything runs.
+//! cancelled; the PBS flavor is detected from `qstat --version` or
+//! chosen; the ssh backend's options are checked before anything runs.
 
 mod common;
 
-use std::process::Command;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{
-    agent_pids, alive, allocation_dir, allocation_ids, allocation_state, log, marks, run, scratch,
-    sleepers, start_pool, text, AgentsGuard,
+    agent_pids, alive, allocation_dir, allocation_ids, allocation_state, constellation, log, marks,
+    run, scratch, sleepers, start_pool, text, AgentsGuard,
 };
 
 /// Waits up to `limit` for `done`, panicking with `what` after that.
@@ -111,6 +114,73 @@ fn local_pilot_agents_run_a_bag_and_leave_when_cancelled() {
     let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
     let line = listing.lines().find(|l| l.starts_with(id.as_str()));
     assert!(line.is_some_and(|l| l.ends_with("cancelled")), "{listing}");
+}
+
+/// Writes executable bash scripts `name` (with `body`) into `dir/bin` and
+/// returns a PATH that finds them first.
+fn fake_tools(dir: &Path, tools: &[(&str, &str)]) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin directory");
+    for (name, body) in tools {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).expect("fake tool");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("executable");
+    }
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn glidein(dir: &Path, path: &str, args: &[&str]) -> Output {
+    constellation(dir)
+        .env("PATH", path)
+        .arg("glidein")
+        .args(args)
+        .output()
+        .expect("run constellation glidein")
+}
+
+#[test]
+fn the_pbs_flavor_is_asked_of_qstat_or_chosen() {
+    let dir = scratch("glidein-pbs-flavor");
+    let dry = |path: &str, extra: &[&str]| {
+        let mut args = vec!["pbs", "--nodes", "2", "--walltime", "1h", "--dry-run"];
+        args.extend(extra);
+        let out = glidein(&dir, path, &args);
+        assert!(out.status.success(), "{}", text(&out));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let pro = fake_tools(&dir, &[("qstat", "echo 'pbs_version = 2022.1.1'")]);
+    let (script, said) = dry(&pro, &[]);
+    assert!(said.contains("PBS flavor: pro"), "{said}");
+    assert!(
+        script.contains("#PBS -l select=2:mpiprocs=1\n") && script.contains("\npbsdsh -- "),
+        "{script}"
+    );
+    // Chosen: qstat is not asked (this one would fail the test if it were).
+    let (script, said) = dry(&pro, &["--pbs-flavor", "torque"]);
+    assert!(!said.contains("PBS flavor"), "{said}");
+    assert!(
+        script.contains("#PBS -l nodes=2\n") && script.contains("\npbsdsh -u "),
+        "{script}"
+    );
+    // A qstat that says nothing useful: Torque, and the user is told why.
+    let broken = fake_tools(
+        &dir,
+        &[("qstat", "echo 'cannot connect to server' >&2; exit 2")],
+    );
+    let (script, said) = dry(&broken, &[]);
+    assert!(
+        said.contains("PBS flavor: torque") && said.contains("cannot connect to server"),
+        "{said}"
+    );
+    assert!(script.contains("\npbsdsh -u "), "{script}");
 }
 
 #[test]

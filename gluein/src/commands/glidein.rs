@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use gluein::glidein::{self, alloc, Backend, PilotSpec, SystemRunner};
+use gluein::glidein::{self, alloc, pbs, Backend, PbsFlavor, PilotSpec, SystemRunner};
 
 /// Arguments of `constellation glidein`.
 #[derive(Args)]
@@ -14,6 +14,7 @@ use gluein::glidein::{self, alloc, Backend, PilotSpec, SystemRunner};
 Examples:
   constellation glidein slurm --nodes 4 --walltime 2h --executors-per-node 16 -- --partition=short
   constellation glidein pbs --nodes 2 --walltime 1h -- -q batch
+  constellation glidein pbs --pbs-flavor pro --nodes 2 --walltime 1h -- -A proj42
   constellation glidein ssh --nodes 2 --hosts node1,node2 --walltime 8h
   constellation glidein ssh --hosts gpu1 --ssh-option Port=2222 --walltime 8h
   constellation glidein local --nodes 2 --walltime 30m --dry-run
@@ -32,8 +33,9 @@ pub struct GlideinArgs {
 enum GlideinCommand {
     /// Submit pilots to Slurm (`sbatch`; one agent per node with `srun`).
     Slurm(SubmitArgs),
-    /// Submit pilots to PBS/Torque (`qsub`; one agent per node with `pbsdsh`).
-    Pbs(SubmitArgs),
+    /// Submit pilots to PBS/Torque or PBS Pro/OpenPBS (`qsub`; one agent per
+    /// node with `pbsdsh`).
+    Pbs(PbsArgs),
     /// Start agents on hosts over ssh.
     Ssh(SshArgs),
     /// Start agents on this machine.
@@ -84,6 +86,19 @@ struct SubmitArgs {
     raw: Vec<String>,
 }
 
+/// `glidein pbs`: the common arguments and the PBS family.
+#[derive(Args)]
+struct PbsArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// Which PBS: `torque` (`-l nodes=N:ppn=K`, `pbsdsh -u`) or `pro` for
+    /// PBS Professional and OpenPBS (`-l select=N:ncpus=K:mpiprocs=1`,
+    /// `-l place=scatter`, `pbsdsh --`). Default: asks `qstat --version`
+    /// (PBS Pro prints `pbs_version = ...`), torque if that does not tell.
+    #[arg(long, value_name = "torque|pro")]
+    pbs_flavor: Option<PbsFlavor>,
+}
+
 /// `glidein ssh`: the common arguments, the hosts and ssh options.
 #[derive(Args)]
 struct SshArgs {
@@ -110,7 +125,13 @@ pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     };
     match args.command {
         GlideinCommand::Slurm(args) => submit(Backend::Slurm, args, &|_| {}),
-        GlideinCommand::Pbs(args) => submit(Backend::Pbs, args, &|_| {}),
+        GlideinCommand::Pbs(args) => {
+            let flavor = match args.pbs_flavor {
+                Some(flavor) => flavor,
+                None => detect_pbs_flavor(&runner),
+            };
+            submit(Backend::Pbs, args.submit, &|spec| spec.pbs_flavor = flavor)
+        }
         GlideinCommand::Ssh(args) => submit(Backend::Ssh, args.submit, &|spec| {
             spec.hosts = args.hosts.clone();
             spec.ssh_options = args.ssh_options.clone();
@@ -132,6 +153,25 @@ pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
             glidein::resume(&root, backend)?;
             println!("{backend}: submissions allowed again");
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The PBS flavor `qstat --version` reports, said on stderr so the user
+/// knows which script was written; Torque when it cannot tell.
+fn detect_pbs_flavor(runner: &SystemRunner) -> PbsFlavor {
+    match pbs::detect_flavor(runner) {
+        Ok(flavor) => {
+            eprintln!("PBS flavor: {flavor} (from `qstat --version`; choose with --pbs-flavor)");
+            flavor
+        }
+        Err(error) => {
+            let flavor = PbsFlavor::Torque;
+            eprintln!(
+                "PBS flavor: {flavor}, since `qstat --version` did not tell ({error}); \
+                 choose with --pbs-flavor"
+            );
+            flavor
         }
     }
 }

@@ -38,7 +38,7 @@ pub use backoff::{BackoffError, Gate, Governor};
 pub use duration::{parse_walltime, DurationError};
 pub use runner::{BackendError, CommandLine, Runner, SystemRunner};
 pub use script::ScriptError;
-pub use spec::{Backend, PilotSpec, SpecError};
+pub use spec::{Backend, PbsFlavor, PilotSpec, SpecError};
 pub use state::{CancelOutcome, JobState};
 
 use alloc::{CANCEL_SCRIPT, PILOT_SCRIPT, STDERR_FILE, STDOUT_FILE};

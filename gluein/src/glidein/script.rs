@@ -7,7 +7,12 @@
 //! instead (see [`check_directive_path`]).
 //!
 //! * **Slurm**: one batch job; `srun` starts one agent per node.
-//! * **PBS**: one batch job; `pbsdsh -u` starts one agent per unique host.
+//! * **PBS/Torque**: one batch job; `pbsdsh -u` starts one agent per
+//!   unique host.
+//! * **PBS Pro / OpenPBS**: one batch job whose chunks each hold one MPI
+//!   slot on their own host (`select=N:...:mpiprocs=1`, `place=scatter`),
+//!   so plain `pbsdsh`, which starts one task per `$PBS_NODEFILE` line,
+//!   starts one agent per node; the script checks the node file first.
 //! * **ssh**: run on the login node; starts one detached agent per host,
 //!   records `host:pid` lines, and exits. A cancel script stops them.
 //! * **local**: run detached on this machine; starts N agents, records their
@@ -21,7 +26,7 @@ use crate::glidein::alloc::{
     EXIT_STATUS_FILE, PIDS_FILE, PILOT_PID_FILE, STDERR_FILE, STDOUT_FILE,
 };
 use crate::glidein::duration::{format_pbs, format_slurm};
-use crate::glidein::spec::{Backend, PilotSpec};
+use crate::glidein::spec::{Backend, PbsFlavor, PilotSpec};
 
 /// Options every generated `ssh` call uses: never prompt (there is nobody to
 /// answer), and give up on unreachable hosts quickly.
@@ -203,27 +208,63 @@ fn slurm_script(spec: &PilotSpec, dir: &str) -> String {
     finish(lines)
 }
 
-/// PBS/Torque: directives, then `pbsdsh -u` in the background and `wait`,
-/// so the SIGTERM that `qdel` sends before SIGKILL is passed on to it.
+/// PBS: directives, then `pbsdsh` in the background and `wait`, so the
+/// SIGTERM that `qdel` sends before SIGKILL is passed on to it (both
+/// families' pbsdsh forward it to their tasks).
 fn pbs_script(spec: &PilotSpec, dir: &str) -> String {
-    let nodes = match spec.executors_per_node {
-        Some(k) => format!("nodes={}:ppn={k}", spec.nodes),
-        None => format!("nodes={}", spec.nodes),
+    let resources = match spec.pbs_flavor {
+        PbsFlavor::Torque => vec![match spec.executors_per_node {
+            Some(k) => format!("nodes={}:ppn={k}", spec.nodes),
+            None => format!("nodes={}", spec.nodes),
+        }],
+        // One chunk per node, each with one MPI slot, so $PBS_NODEFILE has
+        // one line per node. Without --executors-per-node the agent uses
+        // every core it finds, so the node is asked for whole (`excl`).
+        PbsFlavor::Pro => match spec.executors_per_node {
+            Some(k) => vec![
+                format!("select={}:ncpus={k}:mpiprocs=1", spec.nodes),
+                "place=scatter".to_string(),
+            ],
+            None => vec![
+                format!("select={}:mpiprocs=1", spec.nodes),
+                "place=scatter:excl".to_string(),
+            ],
+        },
     };
     let mut lines = vec![
         "#!/bin/bash".to_string(),
         format!("#PBS -N {}", spec.job_name),
-        format!("#PBS -l {nodes}"),
+    ];
+    lines.extend(resources.iter().map(|r| format!("#PBS -l {r}")));
+    lines.extend([
         format!("#PBS -l walltime={}", format_pbs(spec.walltime)),
         format!("#PBS -o {}", file_in(dir, STDOUT_FILE)),
         format!("#PBS -e {}", file_in(dir, STDERR_FILE)),
         "#PBS -j n".to_string(),
-    ];
+    ]);
     lines.extend(margin_comment(spec));
+    lines.push("set -euo pipefail".to_string());
+    let agent = shell_join(&spec.agent_command());
+    match spec.pbs_flavor {
+        PbsFlavor::Torque => lines.extend([
+            "# -u: one agent per unique host of the job, not one per core.".to_string(),
+            format!("pbsdsh -u {agent} &"),
+        ]),
+        PbsFlavor::Pro => lines.extend([
+            "# PBS Pro's pbsdsh has no -u: it starts one task per line of the node".to_string(),
+            "# file, which mpiprocs=1 and place=scatter make one line per node.".to_string(),
+            "# qsub arguments can change that; then stop rather than start several".to_string(),
+            "# agents per node.".to_string(),
+            "entries=$(grep -c . \"$PBS_NODEFILE\" || true)".to_string(),
+            "hosts=$(sort -u \"$PBS_NODEFILE\" | grep -c . || true)".to_string(),
+            "if [ \"$entries\" -ne \"$hosts\" ]; then".to_string(),
+            "  echo \"glidein: \\$PBS_NODEFILE lists $entries slots on $hosts hosts, so pbsdsh would start more than one agent per node; keep mpiprocs=1 and place=scatter in the job's select\" >&2".to_string(),
+            "  exit 1".to_string(),
+            "fi".to_string(),
+            format!("pbsdsh -- {agent} &"),
+        ]),
+    }
     lines.extend([
-        "set -euo pipefail".to_string(),
-        "# -u: one agent per unique host of the job, not one per core.".to_string(),
-        format!("pbsdsh -u {} &", shell_join(&spec.agent_command())),
         "agents=$!".to_string(),
         "trap 'kill -TERM \"$agents\" 2>/dev/null || true' TERM".to_string(),
         "status=0".to_string(),
@@ -563,6 +604,99 @@ mod tests {
         assert!(text.contains("#PBS -l nodes=4\n"));
         assert!(text.contains("#PBS -l walltime=30:00:00\n"));
         bash(&format!("bash -n <<'EOF'\n{text}EOF"));
+    }
+
+    #[test]
+    fn pbs_pro_script_lines() {
+        let mut s = spec(Backend::Pbs);
+        s.pbs_flavor = PbsFlavor::Pro;
+        let text = pilot_script(&s, Path::new("/h/allocs/pbs-1")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..9],
+            [
+                "#!/bin/bash",
+                "#PBS -N constellation",
+                "#PBS -l select=4:ncpus=16:mpiprocs=1",
+                "#PBS -l place=scatter",
+                "#PBS -l walltime=02:00:00",
+                "#PBS -o /h/allocs/pbs-1/stdout",
+                "#PBS -e /h/allocs/pbs-1/stderr",
+                "#PBS -j n",
+                "# Constellation glide-in pilot (pbs backend), generated by `constellation glidein`.",
+            ]
+        );
+        assert!(lines.contains(
+            &"pbsdsh -- /opt/c/bin/constellation agent --pool /home/u/pool.json --executors 16 \
+              --context gpu,a100 --site lumi --walltime 6840s &"
+        ));
+        assert!(!text.contains("pbsdsh -u"), "{text}");
+        s.executors_per_node = None;
+        let text = pilot_script(&s, Path::new("/a")).unwrap();
+        assert!(text.contains("#PBS -l select=4:mpiprocs=1\n#PBS -l place=scatter:excl\n"));
+        bash(&format!("bash -n <<'EOF'\n{text}EOF"));
+    }
+
+    /// Runs a PBS pilot script with a fake `pbsdsh` (that prints its
+    /// arguments) on PATH and a node file with `nodefile` as contents;
+    /// returns (exit code, stdout, stderr).
+    fn run_pbs_pilot(flavor: PbsFlavor, nodefile: &str) -> (i32, String, String) {
+        let tmp = TempDir::new("pbs-pilot");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let fake = bin.join("pbsdsh");
+        std::fs::write(&fake, "#!/bin/bash\nprintf '<%s>' \"$@\"\necho\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let nodes = tmp.path().join("nodefile");
+        std::fs::write(&nodes, nodefile).unwrap();
+        let mut s = spec(Backend::Pbs);
+        s.pbs_flavor = flavor;
+        s.context = Some("two words".into());
+        let script = tmp.path().join("pilot.sh");
+        std::fs::write(&script, pilot_script(&s, tmp.path()).unwrap()).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("bash")
+            .arg(&script)
+            .env("PATH", path)
+            .env("PBS_NODEFILE", &nodes)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn pbs_pilots_call_pbsdsh_as_each_flavor_needs() {
+        let agent = "</opt/c/bin/constellation><agent><--pool></home/u/pool.json>\
+                     <--executors><16><--context><two words><--site><lumi><--walltime><6840s>\n";
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Torque, "n1\nn1\nn2\nn2\n");
+        assert_eq!(
+            (code, out.as_str()),
+            (0, format!("<-u>{agent}").as_str()),
+            "{err}"
+        );
+        // PBS Pro: one node file line per node, as the select asks.
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Pro, "n1\nn2\nn3\nn4\n");
+        assert_eq!(
+            (code, out.as_str()),
+            (0, format!("<-->{agent}").as_str()),
+            "{err}"
+        );
+        // A select changed to several slots per node: refused, pbsdsh not run.
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Pro, "n1\nn1\nn2\nn2\n");
+        assert_eq!((code, out.as_str()), (1, ""), "{err}");
+        assert!(
+            err.contains("lists 4 slots on 2 hosts") && err.contains("mpiprocs=1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -86,12 +86,60 @@ impl FromStr for Backend {
     }
 }
 
+/// Which PBS family a cluster runs. They differ in how a job starts one
+/// task per node: Torque's `pbsdsh -u` starts one per unique host; PBS Pro
+/// (and OpenPBS) has no `-u` and starts one task per `$PBS_NODEFILE` line,
+/// so its pilot asks for one MPI slot per node instead (see
+/// [`crate::glidein::script`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PbsFlavor {
+    /// Torque (and the old OpenPBS 2.x it came from): `-l nodes=N:ppn=K`,
+    /// `pbsdsh -u`.
+    #[default]
+    Torque,
+    /// PBS Professional and OpenPBS 19+: `-l select=N:...:mpiprocs=1`,
+    /// `-l place=scatter`, `pbsdsh --`.
+    Pro,
+}
+
+impl PbsFlavor {
+    /// Lower-case name, as used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PbsFlavor::Torque => "torque",
+            PbsFlavor::Pro => "pro",
+        }
+    }
+}
+
+impl fmt::Display for PbsFlavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PbsFlavor {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "torque" => Ok(PbsFlavor::Torque),
+            "pro" | "pbspro" | "openpbs" => Ok(PbsFlavor::Pro),
+            _ => Err(SpecError::UnknownPbsFlavor(s.to_string())),
+        }
+    }
+}
+
 /// A problem with the requested pilot, found before anything is run.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SpecError {
     /// The backend name is not one we know.
     #[error("unknown glide-in backend `{0}`: use one of slurm, pbs, ssh, local")]
     UnknownBackend(String),
+    /// The PBS flavor name is not one we know.
+    #[error("unknown PBS flavor `{0}`: use torque (Torque) or pro (PBS Professional, OpenPBS)")]
+    UnknownPbsFlavor(String),
     /// `--nodes 0`.
     #[error("--nodes must be at least 1")]
     NoNodes,
@@ -193,6 +241,8 @@ pub struct PilotSpec {
     /// before our own defaults, and ssh keeps the first value it sees for
     /// each key, so they can override those too.
     pub ssh_options: Vec<String>,
+    /// Which PBS the pilot script is written for (PBS backend only).
+    pub pbs_flavor: PbsFlavor,
     /// Batch job name.
     pub job_name: String,
 }
@@ -218,6 +268,7 @@ impl PilotSpec {
             hosts: Vec::new(),
             raw_args: Vec::new(),
             ssh_options: Vec::new(),
+            pbs_flavor: PbsFlavor::default(),
             job_name: DEFAULT_JOB_NAME.to_string(),
         }
     }
@@ -631,5 +682,16 @@ mod tests {
         assert_eq!("SLURM".parse::<Backend>().unwrap(), Backend::Slurm);
         let msg = "lsf".parse::<Backend>().unwrap_err().to_string();
         assert!(msg.contains("`lsf`") && msg.contains("slurm, pbs, ssh, local"));
+    }
+
+    #[test]
+    fn pbs_flavor_names() {
+        assert_eq!("torque".parse::<PbsFlavor>().unwrap(), PbsFlavor::Torque);
+        for pro in ["pro", "PBSPro", "openpbs"] {
+            assert_eq!(pro.parse::<PbsFlavor>().unwrap(), PbsFlavor::Pro, "{pro}");
+        }
+        assert_eq!(PbsFlavor::Pro.to_string(), "pro");
+        let msg = "lsf".parse::<PbsFlavor>().unwrap_err().to_string();
+        assert!(msg.contains("`lsf`") && msg.contains("torque"), "{msg}");
     }
 }
