@@ -1,7 +1,7 @@
 //! `constellation glidein` as a user runs it, with real processes: the
 //! local backend's agents join a real pool and run a bag, then are
-//! cancelled; the PBS flavor is detected from `qstat --version` or
-//! chosen; the ssh backend's options are checked before anything runs.
+//! cancelled; a hanging batch system query cannot hang `glidein list`; the
+//! PBS flavor is detected from `qstat --version` or chosen.
 
 mod common;
 
@@ -141,6 +141,57 @@ fn glidein(dir: &Path, path: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run constellation glidein")
+}
+
+#[test]
+fn hanging_batch_commands_are_cut_off_at_the_command_timeout() {
+    let dir = scratch("glidein-timeout");
+    std::fs::write(dir.join("pool.json"), "{}").expect("pool file");
+    let path = fake_tools(
+        &dir,
+        &[
+            ("sbatch", "echo 4242"),
+            ("squeue", "sleep 30"),
+            ("scancel", "sleep 30"),
+        ],
+    );
+    let submitted = glidein(
+        &dir,
+        &path,
+        &["slurm", "--walltime", "10m", "--pool", "pool.json"],
+    );
+    assert!(submitted.status.success(), "{}", text(&submitted));
+    let id = &allocation_ids(&dir)[0];
+
+    let started = Instant::now();
+    let listed = glidein(&dir, &path, &["list", "--command-timeout", "1s"]);
+    let elapsed = started.elapsed();
+    assert!(listed.status.success(), "{}", text(&listed));
+    assert!(elapsed < Duration::from_secs(10), "list took {elapsed:?}");
+    let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listing.contains("pending (could not ask:")
+            && listing.contains("`squeue")
+            && listing.contains("timed out")
+            && listing.contains("within 1 s"),
+        "{listing}"
+    );
+
+    // The environment variable sets it too, for cancel as for list.
+    let started = Instant::now();
+    let cancelled = constellation(&dir)
+        .env("PATH", &path)
+        .env("CONSTELLATION_GLIDEIN_TIMEOUT", "1s")
+        .args(["glidein", "cancel", id])
+        .output()
+        .expect("run constellation glidein cancel");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!cancelled.status.success(), "{}", text(&cancelled));
+    assert!(
+        text(&cancelled).contains("`scancel 4242` timed out"),
+        "{}",
+        text(&cancelled)
+    );
 }
 
 #[test]

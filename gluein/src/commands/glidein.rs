@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use gluein::glidein::{self, alloc, pbs, Backend, PbsFlavor, PilotSpec, SystemRunner};
+use gluein::glidein::{self, alloc, pbs, runner, Backend, PbsFlavor, PilotSpec, SystemRunner};
 
 /// Arguments of `constellation glidein`.
 #[derive(Args)]
@@ -25,6 +25,18 @@ Each pilot gets a directory under $CONSTELLATION_HOME/allocations (default
 ~/.constellation/allocations) with its script, job id, state, stdout and
 stderr; the last 20 are kept. Agents leave before the walltime ends.")]
 pub struct GlideinArgs {
+    /// Longest wait for each query (squeue, scontrol, qstat, ssh) and cancel
+    /// command (scancel, qdel, cancel.sh), default 30s; one that takes
+    /// longer is killed and reported. Submissions are never cut short: a
+    /// killed sbatch or qsub could leave a job nobody recorded.
+    #[arg(
+        long,
+        global = true,
+        value_parser = glidein::parse_walltime,
+        env = "CONSTELLATION_GLIDEIN_TIMEOUT",
+        value_name = "DURATION"
+    )]
+    command_timeout: Option<Duration>,
     #[command(subcommand)]
     command: GlideinCommand,
 }
@@ -119,9 +131,13 @@ struct SshArgs {
 /// Runs a glidein subcommand.
 pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     let root = alloc::default_root()?;
-    let runner = SystemRunner::new();
+    // Submissions run as long as they take (see --command-timeout);
+    // queries and cancels get the limit.
+    let submitter = SystemRunner::new();
+    let limit = args.command_timeout.unwrap_or(runner::DEFAULT_TIMEOUT);
+    let runner = SystemRunner::new().with_timeout(limit);
     let submit = |backend, submit: SubmitArgs, extra: &dyn Fn(&mut PilotSpec)| {
-        start(backend, submit, extra, &root, &runner)
+        start(backend, submit, extra, &root, &submitter)
     };
     match args.command {
         GlideinCommand::Slurm(args) => submit(Backend::Slurm, args, &|_| {}),
