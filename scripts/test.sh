@@ -2,10 +2,10 @@
 # The whole test suite: formatting, lints with warnings as errors, and every
 # test (unit, scenario and doc tests) in one shared debug build, then the MPI
 # tests under a real `mpiexec` (MPICH) with `--features mpi`.
-# Installs what it needs first (cargo components; MPICH, libclang and a C
-# toolchain from apt; slurm-wlm and munge through scripts/slurm-local.sh,
-# which runs a real single-node Slurm for the glide-in tests and is
-# stopped on exit), so it runs on a fresh machine.
+# Installs what it needs first (cargo components; MPICH, libclang, a C
+# toolchain and openssh-server from apt; slurm-wlm and munge through
+# scripts/slurm-local.sh, which runs a real single-node Slurm for the
+# glide-in tests and is stopped on exit), so it runs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,10 +23,13 @@ for component in rustfmt clippy; do
 done
 cargo --version
 
-step "checking MPI (mpich, libmpich-dev, libclang-dev) and a C toolchain (cfitsio is built from source)"
+step "checking MPI (mpich, libmpich-dev, libclang-dev), a C toolchain (cfitsio is built from source) and openssh-server"
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
-  for package in mpich libmpich-dev libclang-dev; do
+  # openssh-server: the ssh glide-in test (gluein/tests/ssh.rs) runs its own
+  # sshd on a free loopback port; the system's sshd, started or not by the
+  # package, is not used and does not get in the way.
+  for package in mpich libmpich-dev libclang-dev openssh-server; do
     # `dpkg -s` also succeeds for removed packages whose config files remain.
     status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
     [ "$status" = "install ok installed" ] || missing+=("$package")
@@ -44,6 +47,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
     "${missing[@]}" build-essential
+fi
+if [ ! -x /usr/sbin/sshd ]; then
+  echo "test.sh: no /usr/sbin/sshd; install openssh-server (the ssh glide-in test runs its own sshd)" >&2
+  exit 1
 fi
 mpiexec --version 2>&1 | sed -n 1,2p
 
@@ -64,6 +71,7 @@ step "starting a local Slurm for the glide-in tests (scripts/slurm-local.sh; sto
 trap 'bash scripts/slurm-local.sh stop || true' EXIT
 eval "$(bash scripts/slurm-local.sh start)"
 export CONSTELLATION_REQUIRE_SLURM=1
+export CONSTELLATION_REQUIRE_SSHD=1
 sinfo
 
 step "cargo test (default features)"

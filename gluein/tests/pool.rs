@@ -2,138 +2,19 @@
 //! on loopback: agents join, run a graph's activities, leave when idle or
 //! before their walltime, and a killed agent's work runs elsewhere.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_constellation");
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pool-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
-
-/// Kills the process when the test ends, whatever happens.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(dir: &Path, args: &[&str], log: &str) -> Guard {
-    let out = std::fs::File::create(dir.join(log)).unwrap();
-    Guard(
-        Command::new(BIN)
-            .args(args)
-            .current_dir(dir)
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start constellation"),
-    )
-}
-
-/// Starts a loopback pool in `dir` and waits for its pool file.
-fn pool(dir: &Path) -> Guard {
-    let guard = spawn(
-        dir,
-        &[
-            "pool",
-            "start",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--pool-file",
-            "pool.json",
-        ],
-        "pool.log",
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("pool.json").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "no pool file: {}",
-            log(dir, "pool.log")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    guard
-}
-
-fn log(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
-}
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run constellation")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{:?}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// A graph of `n` activities that sleep `seconds` and record which agent
-/// ran them and when (Unix nanoseconds), one file each.
-fn sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
-    let graph = dir.join("graph.toml");
-    let marks = dir.join("marks");
-    std::fs::create_dir_all(&marks).unwrap();
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
-             script = \"s=$(date +%s%N); sleep {seconds}; echo \\\"$CONSTELLATION_LABELS $s $(date +%s%N)\\\" > {}/{{n}}\"\n",
-            marks.display()
-        ),
-    )
-    .unwrap();
-    graph
-}
-
-/// (first label of the agent, start, end) per activity that ran.
-fn marks(dir: &Path) -> Vec<(String, u128, u128)> {
-    std::fs::read_dir(dir.join("marks"))
-        .unwrap()
-        .map(|entry| {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            let mut parts = text.split_whitespace();
-            let labels = parts.next().unwrap();
-            let first = labels.split(',').next().unwrap().to_string();
-            let start = parts.next().unwrap().parse().unwrap();
-            let end = parts.next().unwrap().parse().unwrap();
-            (first, start, end)
-        })
-        .collect()
-}
-
-fn wait_exit(guard: &mut Guard, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = guard.0.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
+use common::{
+    log, marks, marks_done, run, scratch, sleepers, spawn, start_pool, text, wait_exit, BIN,
+};
 
 #[test]
 fn agents_run_a_graph_submitted_to_the_pool_and_leave_when_idle() {
-    let dir = scratch("graph");
-    let mut pool = pool(&dir);
+    let dir = scratch("pool-graph");
+    let mut pool = start_pool(&dir);
     let mut alpha = spawn(
         &dir,
         &[
@@ -206,8 +87,8 @@ fn agents_run_a_graph_submitted_to_the_pool_and_leave_when_idle() {
 
 #[test]
 fn an_agent_takes_no_activity_it_cannot_finish_before_its_walltime() {
-    let dir = scratch("walltime");
-    let _pool = pool(&dir);
+    let dir = scratch("pool-walltime");
+    let _pool = start_pool(&dir);
     // Activities take 1 s; the short agent (6 s) must stop taking work
     // once less than 1 s + its 2 s margin is left, finish, and leave.
     let started = Instant::now();
@@ -290,8 +171,8 @@ fn an_agent_takes_no_activity_it_cannot_finish_before_its_walltime() {
 
 #[test]
 fn work_on_a_killed_agent_runs_again_on_another() {
-    let dir = scratch("kill");
-    let _pool = pool(&dir);
+    let dir = scratch("pool-kill");
+    let _pool = start_pool(&dir);
     let mut victim = spawn(
         &dir,
         &[
@@ -339,7 +220,7 @@ fn work_on_a_killed_agent_runs_again_on_another() {
         .unwrap();
     // Kill the victim once it has work running.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while marks_started(&dir) == 0 && Instant::now() < deadline {
+    while marks_done(&dir) == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(700));
@@ -351,14 +232,9 @@ fn work_on_a_killed_agent_runs_again_on_another() {
     assert!(marks.iter().any(|m| m.0 == "survivor"));
 }
 
-/// How many activities have written their mark (finished) so far.
-fn marks_started(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("marks")).map_or(0, |d| d.count())
-}
-
 #[test]
 fn bad_pools_are_clear_errors() {
-    let dir = scratch("errors");
+    let dir = scratch("pool-errors");
     let missing = run(&dir, &["agent", "--pool", "nope.json"]);
     assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
     assert!(
@@ -366,7 +242,7 @@ fn bad_pools_are_clear_errors() {
         "{}",
         text(&missing)
     );
-    let _pool = pool(&dir);
+    let _pool = start_pool(&dir);
     let graph = sleepers(&dir, 1, 0.0);
     let lonely = run(
         &dir,

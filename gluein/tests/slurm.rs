@@ -2,18 +2,13 @@
 //! `scripts/slurm-local.sh` and sets `SLURM_CONF` and
 //! `CONSTELLATION_REQUIRE_SLURM=1`; elsewhere this test says it skipped.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_constellation");
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("slurm-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
+use common::{allocation_ids, allocation_state, constellation, scratch, start_pool, text};
 
 /// Whether a Slurm cluster answers; fails instead of skipping when the
 /// test script promised one.
@@ -36,55 +31,11 @@ fn slurm_available() -> bool {
     up
 }
 
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn constellation(dir: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .env("CONSTELLATION_HOME", dir.join("home"));
-    command
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{:?}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn allocation_ids(dir: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(dir.join("home/allocations"))
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.unwrap();
-            e.path()
-                .is_dir()
-                .then(|| e.file_name().to_string_lossy().into_owned())
-        })
-        .collect();
-    ids.sort();
-    ids
-}
-
 fn job_id(dir: &Path, allocation: &str) -> String {
-    let state = std::fs::read_to_string(
-        dir.join("home/allocations")
-            .join(allocation)
-            .join("state.json"),
-    )
-    .unwrap();
-    let value: serde_json::Value = serde_json::from_str(&state).unwrap();
-    value["job_id"].as_str().unwrap().to_string()
+    allocation_state(dir, allocation)["job_id"]
+        .as_str()
+        .expect("a job id")
+        .to_string()
 }
 
 #[test]
@@ -92,28 +43,9 @@ fn two_slurm_pilots_run_a_bag_and_a_cancelled_pilots_work_runs_on_the_other() {
     if !slurm_available() {
         return;
     }
-    let dir = scratch("bag");
+    let dir = scratch("slurm-bag");
     let pool_file = dir.join("pool.json");
-    let _pool = Guard(
-        constellation(&dir)
-            .args([
-                "pool",
-                "start",
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--pool-file",
-            ])
-            .arg(&pool_file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !pool_file.exists() {
-        assert!(Instant::now() < deadline, "no pool file");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _pool = start_pool(&dir);
     for label in ["first", "second"] {
         let submitted = constellation(&dir)
             .args(["glidein", "slurm", "--nodes", "1", "--walltime", "10m"])

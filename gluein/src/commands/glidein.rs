@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use gluein::glidein::{self, alloc, Backend, PilotSpec, SystemRunner};
+use gluein::glidein::{self, alloc, pbs, runner, Backend, PbsFlavor, PilotSpec, SystemRunner};
 
 /// Arguments of `constellation glidein`.
 #[derive(Args)]
@@ -14,7 +14,9 @@ use gluein::glidein::{self, alloc, Backend, PilotSpec, SystemRunner};
 Examples:
   constellation glidein slurm --nodes 4 --walltime 2h --executors-per-node 16 -- --partition=short
   constellation glidein pbs --nodes 2 --walltime 1h -- -q batch
+  constellation glidein pbs --pbs-flavor pro --nodes 2 --walltime 1h -- -A proj42
   constellation glidein ssh --nodes 2 --hosts node1,node2 --walltime 8h
+  constellation glidein ssh --hosts gpu1 --ssh-option Port=2222 --walltime 8h
   constellation glidein local --nodes 2 --walltime 30m --dry-run
   constellation glidein list
   constellation glidein cancel slurm-20261121T101500Z
@@ -23,6 +25,18 @@ Each pilot gets a directory under $CONSTELLATION_HOME/allocations (default
 ~/.constellation/allocations) with its script, job id, state, stdout and
 stderr; the last 20 are kept. Agents leave before the walltime ends.")]
 pub struct GlideinArgs {
+    /// Longest wait for each query (squeue, scontrol, qstat, ssh) and cancel
+    /// command (scancel, qdel, cancel.sh), default 30s; one that takes
+    /// longer is killed and reported. Submissions are never cut short: a
+    /// killed sbatch or qsub could leave a job nobody recorded.
+    #[arg(
+        long,
+        global = true,
+        value_parser = glidein::parse_walltime,
+        env = "CONSTELLATION_GLIDEIN_TIMEOUT",
+        value_name = "DURATION"
+    )]
+    command_timeout: Option<Duration>,
     #[command(subcommand)]
     command: GlideinCommand,
 }
@@ -31,10 +45,11 @@ pub struct GlideinArgs {
 enum GlideinCommand {
     /// Submit pilots to Slurm (`sbatch`; one agent per node with `srun`).
     Slurm(SubmitArgs),
-    /// Submit pilots to PBS/Torque (`qsub`; one agent per node with `pbsdsh`).
-    Pbs(SubmitArgs),
+    /// Submit pilots to PBS/Torque or PBS Pro/OpenPBS (`qsub`; one agent per
+    /// node with `pbsdsh`).
+    Pbs(PbsArgs),
     /// Start agents on hosts over ssh.
-    Ssh(SubmitArgs),
+    Ssh(SshArgs),
     /// Start agents on this machine.
     Local(SubmitArgs),
     /// Show the allocations and their states (queried afresh).
@@ -72,9 +87,6 @@ struct SubmitArgs {
     /// The pool file the agents join (must be readable on the nodes).
     #[arg(long, default_value = "constellation-pool.json", value_name = "FILE")]
     pool: PathBuf,
-    /// Hosts for ssh, comma separated.
-    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
-    hosts: Vec<String>,
     /// The constellation binary on the nodes (default: this one).
     #[arg(long, value_name = "PATH")]
     agent_binary: Option<PathBuf>,
@@ -86,15 +98,61 @@ struct SubmitArgs {
     raw: Vec<String>,
 }
 
+/// `glidein pbs`: the common arguments and the PBS family.
+#[derive(Args)]
+struct PbsArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// Which PBS: `torque` (`-l nodes=N:ppn=K`, `pbsdsh -u`) or `pro` for
+    /// PBS Professional and OpenPBS (`-l select=N:ncpus=K:mpiprocs=1`,
+    /// `-l place=scatter`, `pbsdsh --`). Default: asks `qstat --version`
+    /// (PBS Pro prints `pbs_version = ...`), torque if that does not tell.
+    #[arg(long, value_name = "torque|pro")]
+    pbs_flavor: Option<PbsFlavor>,
+}
+
+/// `glidein ssh`: the common arguments, the hosts and ssh options.
+#[derive(Args)]
+struct SshArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// Hosts to start one agent on each, comma separated (`user@host` works).
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS", required = true)]
+    hosts: Vec<String>,
+    /// An option for every ssh call (start, `glidein list`, cancel), as
+    /// `ssh -o` takes it, e.g. `--ssh-option Port=2222 --ssh-option
+    /// IdentityFile=~/.ssh/cluster`; repeat for more. Your ~/.ssh/config
+    /// applies too; these come first, so they win over it and over our
+    /// defaults (BatchMode=yes, ConnectTimeout=10).
+    #[arg(long = "ssh-option", value_name = "KEY=VALUE")]
+    ssh_options: Vec<String>,
+}
+
 /// Runs a glidein subcommand.
 pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     let root = alloc::default_root()?;
-    let runner = SystemRunner::new();
+    // Submissions run as long as they take (see --command-timeout);
+    // queries and cancels get the limit.
+    let submitter = SystemRunner::new();
+    let limit = args.command_timeout.unwrap_or(runner::DEFAULT_TIMEOUT);
+    let runner = SystemRunner::new().with_timeout(limit);
+    let submit = |backend, submit: SubmitArgs, extra: &dyn Fn(&mut PilotSpec)| {
+        start(backend, submit, extra, &root, &submitter)
+    };
     match args.command {
-        GlideinCommand::Slurm(submit) => start(Backend::Slurm, submit, &root, &runner),
-        GlideinCommand::Pbs(submit) => start(Backend::Pbs, submit, &root, &runner),
-        GlideinCommand::Ssh(submit) => start(Backend::Ssh, submit, &root, &runner),
-        GlideinCommand::Local(submit) => start(Backend::Local, submit, &root, &runner),
+        GlideinCommand::Slurm(args) => submit(Backend::Slurm, args, &|_| {}),
+        GlideinCommand::Pbs(args) => {
+            let flavor = match args.pbs_flavor {
+                Some(flavor) => flavor,
+                None => detect_pbs_flavor(&runner),
+            };
+            submit(Backend::Pbs, args.submit, &|spec| spec.pbs_flavor = flavor)
+        }
+        GlideinCommand::Ssh(args) => submit(Backend::Ssh, args.submit, &|spec| {
+            spec.hosts = args.hosts.clone();
+            spec.ssh_options = args.ssh_options.clone();
+        }),
+        GlideinCommand::Local(args) => submit(Backend::Local, args, &|_| {}),
         GlideinCommand::List => list(&root, &runner),
         GlideinCommand::Cancel { id } => {
             let mut allocation = alloc::load(&root.join(&id)).with_context(|| {
@@ -115,9 +173,31 @@ pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The PBS flavor `qstat --version` reports, said on stderr so the user
+/// knows which script was written; Torque when it cannot tell.
+fn detect_pbs_flavor(runner: &SystemRunner) -> PbsFlavor {
+    match pbs::detect_flavor(runner) {
+        Ok(flavor) => {
+            eprintln!("PBS flavor: {flavor} (from `qstat --version`; choose with --pbs-flavor)");
+            flavor
+        }
+        Err(error) => {
+            let flavor = PbsFlavor::Torque;
+            eprintln!(
+                "PBS flavor: {flavor}, since `qstat --version` did not tell ({error}); \
+                 choose with --pbs-flavor"
+            );
+            flavor
+        }
+    }
+}
+
+/// Submits (or, with --dry-run, shows) a pilot for `backend`; `extra`
+/// fills in what only that backend's arguments have.
 fn start(
     backend: Backend,
     args: SubmitArgs,
+    extra: &dyn Fn(&mut PilotSpec),
     root: &std::path::Path,
     runner: &SystemRunner,
 ) -> anyhow::Result<ExitCode> {
@@ -135,8 +215,8 @@ fn start(
     spec.executors_per_node = args.executors_per_node;
     spec.context = args.context;
     spec.site = args.site;
-    spec.hosts = args.hosts;
     spec.raw_args = args.raw;
+    extra(&mut spec);
     spec.absolutize(&std::env::current_dir()?);
     let now = alloc::unix_now();
     if args.dry_run {

@@ -131,6 +131,10 @@ pub struct AllocationRecord {
     /// Hosts (ssh backend).
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// The user's `ssh -o` options (ssh backend), kept for the state
+    /// queries that `glidein list` makes later.
+    #[serde(default)]
+    pub ssh_options: Vec<String>,
     /// The most recent error (submission, query or cancel), if any.
     #[serde(default)]
     pub last_error: Option<String>,
@@ -241,6 +245,7 @@ pub fn create(root: &Path, backend: Backend, stamp: &str) -> Result<Allocation, 
             nodes: 0,
             walltime_secs: 0,
             hosts: Vec::new(),
+            ssh_options: Vec::new(),
             last_error: None,
             attempts: 0,
             submit_command: None,

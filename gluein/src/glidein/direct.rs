@@ -15,7 +15,7 @@ use crate::glidein::alloc::{
 use crate::glidein::runner::{
     failure_message, last_line, spawn, BackendError, CommandLine, ParseError, Runner,
 };
-use crate::glidein::script::{SSH_OPTIONS, SSH_PARTIAL_EXIT};
+use crate::glidein::script::{ssh_command, SSH_PARTIAL_EXIT};
 use crate::glidein::state::{CancelOutcome, JobState};
 
 /// Exit status with which ssh reports its own failure (as opposed to the
@@ -114,12 +114,14 @@ pub fn interpret_local_start(cmd: &CommandLine, out: &Output) -> Result<Started,
     })
 }
 
-/// `ssh ... HOST 'kill -0 PID'`: exit 0 if the agent is alive.
-pub fn ssh_alive_command(agent: &AgentPid) -> CommandLine {
-    let mut args: Vec<String> = SSH_OPTIONS.iter().map(|s| s.to_string()).collect();
-    args.push(agent.host.clone());
-    args.push(format!("kill -0 {}", agent.pid));
-    CommandLine::new("ssh", args)
+/// `ssh [-o OPTION]... HOST 'kill -0 PID'`: exit 0 if the agent is alive.
+/// `options` are the user's ssh options (see [`ssh_command`]).
+pub fn ssh_alive_command(agent: &AgentPid, options: &[String]) -> CommandLine {
+    let mut words = ssh_command(options);
+    words.push(agent.host.clone());
+    words.push(format!("kill -0 {}", agent.pid));
+    let program = words.remove(0);
+    CommandLine::new(&program, words)
 }
 
 /// State of an ssh allocation: running while any agent lives. Hosts that
@@ -129,7 +131,7 @@ pub fn ssh_query(alloc: &Allocation, runner: &dyn Runner) -> Result<JobState, Ba
     let agents = read_pids(alloc);
     let mut unreachable = None;
     for agent in &agents {
-        let cmd = ssh_alive_command(agent);
+        let cmd = ssh_alive_command(agent, &alloc.record.ssh_options);
         let out = spawn(&cmd, runner)?;
         match out.status.code() {
             Some(0) => return Ok(JobState::Running),
@@ -275,8 +277,14 @@ mod tests {
             pid: 42,
         };
         assert_eq!(
-            ssh_alive_command(&agent).to_string(),
+            ssh_alive_command(&agent, &[]).to_string(),
             "ssh -o 'BatchMode=yes' -o 'ConnectTimeout=10' node1 'kill -0 42'"
+        );
+        let options = ["Port=2222".to_string(), "IdentityFile=/k/id 1".to_string()];
+        assert_eq!(
+            ssh_alive_command(&agent, &options).to_string(),
+            "ssh -o 'Port=2222' -o 'IdentityFile=/k/id 1' -o 'BatchMode=yes' \
+             -o 'ConnectTimeout=10' node1 'kill -0 42'"
         );
         assert_eq!(local_alive_command("7").args.last().unwrap(), "7");
     }

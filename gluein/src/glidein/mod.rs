@@ -38,7 +38,7 @@ pub use backoff::{BackoffError, Gate, Governor};
 pub use duration::{parse_walltime, DurationError};
 pub use runner::{BackendError, CommandLine, Runner, SystemRunner};
 pub use script::ScriptError;
-pub use spec::{Backend, PilotSpec, SpecError};
+pub use spec::{Backend, PbsFlavor, PilotSpec, SpecError};
 pub use state::{CancelOutcome, JobState};
 
 use alloc::{CANCEL_SCRIPT, PILOT_SCRIPT, STDERR_FILE, STDOUT_FILE};
@@ -154,6 +154,7 @@ pub fn submit(
     record.nodes = spec.nodes;
     record.walltime_secs = spec.walltime.as_secs();
     record.hosts = spec.hosts.clone();
+    record.ssh_options = spec.ssh_options.clone();
     write_scripts(spec, &alloc)?;
     let cmd = submit_command(spec, alloc.dir());
     alloc.record.submit_command = Some(cmd.clone());

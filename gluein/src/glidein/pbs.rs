@@ -11,12 +11,16 @@
 //!   -x or -H ...") and shows them with `qstat -x -f` in state `F` with
 //!   `Exit_status`. We only use `-x` after that message, because Torque's
 //!   `qstat -x` means XML output.
+//! * They start one task per node differently (see
+//!   [`crate::glidein::spec::PbsFlavor`]); [`detect_flavor`] tells them
+//!   apart by `qstat --version`. Queries and cancels are the same for both.
 
 use std::path::Path;
 
 use crate::glidein::runner::{
     last_line, spawn, stderr_text, stdout_text, BackendError, CommandLine, ParseError, Runner,
 };
+use crate::glidein::spec::PbsFlavor;
 use crate::glidein::state::{CancelOutcome, JobState};
 
 /// `qsub [raw args] SCRIPT`: command-line options override `#PBS` lines.
@@ -51,6 +55,40 @@ pub fn qstat_history_command(job_id: &str) -> CommandLine {
     CommandLine::new("qstat", ["-x", "-f", job_id])
 }
 
+/// `qstat --version`, which both families answer.
+pub fn version_command() -> CommandLine {
+    CommandLine::new("qstat", ["--version"])
+}
+
+/// Which PBS printed `output` (stdout and stderr of `qstat --version`):
+/// PBS Pro and OpenPBS print `pbs_version = 2022.1.1`, Torque prints
+/// `Version: 6.1.3` (older ones `version: 2.4.16`). `None` if neither.
+pub fn flavor_from_version(output: &str) -> Option<PbsFlavor> {
+    let lower = output.to_ascii_lowercase();
+    if lower.contains("pbs_version") {
+        Some(PbsFlavor::Pro)
+    } else if lower.contains("version") {
+        Some(PbsFlavor::Torque)
+    } else {
+        None
+    }
+}
+
+/// Asks `qstat --version` which PBS this cluster runs. The exit status is
+/// not trusted either way (some versions print their version and exit 1);
+/// only the text is.
+pub fn detect_flavor(runner: &dyn Runner) -> Result<PbsFlavor, BackendError> {
+    let cmd = version_command();
+    let out = spawn(&cmd, runner)?;
+    let text = format!("{}{}", stdout_text(&out), stderr_text(&out));
+    flavor_from_version(&text).ok_or_else(|| {
+        BackendError::parse(
+            &cmd,
+            ParseError::new("expected `pbs_version = ...` or `Version: ...`", &text),
+        )
+    })
+}
+
 /// `qdel ID`.
 pub fn cancel_command(job_id: &str) -> CommandLine {
     CommandLine::new("qdel", [job_id])
@@ -68,12 +106,14 @@ pub struct QstatJob {
 }
 
 /// Reads `key = value` attributes of the first job in `qstat -f` output.
-/// Long values wrap onto tab-indented continuation lines; none of the
-/// attributes we read is long enough to matter, except `comment`, which we
-/// take up to the wrap.
+/// Long values wrap at 80 columns onto tab-indented continuation lines,
+/// split anywhere (even mid-word), so a continuation is appended as is to
+/// the value it continues; only `comment` is long enough for that to
+/// matter.
 pub fn parse_qstat(stdout: &str) -> Result<QstatJob, ParseError> {
     let mut job = QstatJob::default();
     let mut jobs_seen = 0;
+    let mut in_comment = false;
     for line in stdout.lines() {
         if line.starts_with("Job Id:") {
             jobs_seen += 1;
@@ -82,16 +122,23 @@ pub fn parse_qstat(stdout: &str) -> Result<QstatJob, ParseError> {
             }
             continue;
         }
-        if line.starts_with('\t') {
-            continue; // continuation of a wrapped value
+        if let Some(rest) = line.strip_prefix('\t') {
+            if let (true, Some(comment)) = (in_comment, job.comment.as_mut()) {
+                comment.push_str(rest.trim_end());
+            }
+            continue;
         }
+        in_comment = false;
         let Some((key, value)) = line.split_once(" = ") else {
             continue;
         };
         match key.trim().to_ascii_lowercase().as_str() {
             "job_state" => job.state = value.trim().to_string(),
             "exit_status" => job.exit_status = value.trim().parse().ok(),
-            "comment" => job.comment = Some(value.trim().to_string()),
+            "comment" => {
+                job.comment = Some(value.trim().to_string());
+                in_comment = true;
+            }
             _ => {}
         }
     }
@@ -104,8 +151,9 @@ pub fn parse_qstat(stdout: &str) -> Result<QstatJob, ParseError> {
 /// Maps a `qstat -f` job to a [`JobState`].
 ///
 /// Exit statuses follow the PBS convention: negative means PBS itself could
-/// not run the job, above 256 means killed by signal `status - 256` (both
-/// count as failures), anything else is the pilot script's own status.
+/// not run the job or killed it for a resource limit, above 256 means
+/// killed by signal `status - 256` (all count as failures), anything else
+/// is the pilot script's own status.
 pub fn job_state(job: &QstatJob) -> JobState {
     match job.state.as_str() {
         // Queued, held, waiting for its start time, in transit, suspended.
@@ -124,7 +172,7 @@ fn finished(exit: Option<i32>, comment: Option<&str>) -> JobState {
     };
     match exit {
         Some(code) if code < 0 => JobState::Failed {
-            reason: with_comment(format!("PBS could not run the job (exit_status {code})")),
+            reason: with_comment(negative_exit(code)),
         },
         Some(code) if code > 256 => JobState::Failed {
             reason: with_comment(format!(
@@ -134,6 +182,21 @@ fn finished(exit: Option<i32>, comment: Option<&str>) -> JobState {
         },
         exit => JobState::Finished { exit },
     }
+}
+
+/// What a negative exit status means. PBS Pro's -24 to -29 are its
+/// `JOB_EXEC_KILL_*` codes for jobs killed over a resource limit; the rest
+/// (-1 to -20 or so, both families) mean the job never ran properly.
+fn negative_exit(code: i32) -> String {
+    let limit = match code {
+        -24 | -25 => "cpus",
+        -26 => "virtual memory",
+        -27 => "memory",
+        -28 => "cpu time",
+        -29 => "walltime",
+        _ => return format!("PBS could not run the job (exit_status {code})"),
+    };
+    format!("killed by PBS for exceeding its {limit} (exit_status {code})")
 }
 
 /// True if PBS does not know the job (`qstat: Unknown Job Id ...`).
@@ -200,7 +263,7 @@ pub fn cancel(job_id: &str, runner: &dyn Runner) -> Result<CancelOutcome, Backen
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::glidein::runner::testing::{fail, ok, FakeRunner};
+    use crate::glidein::runner::testing::{fail, ok, FakeRunner, Reply};
 
     macro_rules! fixture {
         ($name:literal) => {
@@ -303,6 +366,13 @@ mod tests {
     fn wrapped_lines_and_missing_state() {
         let job = parse_qstat(fixture!("qstat_torque6_running.txt")).unwrap();
         assert_eq!(job.exit_status, None);
+        // A wrapped comment is joined where it was split (mid-word here),
+        // and the wrapped attributes around it stay out of it.
+        let job = parse_qstat(fixture!("qstat_pbspro2022_finished.txt")).unwrap();
+        assert_eq!(
+            job.comment.as_deref(),
+            Some("Job run at Tue Sep 20 at 14:02 on (node017:ncpus=1)+(node018:ncpus=1) and finished")
+        );
         assert!(parse_qstat("Job Id: 1.s\n    queue = batch\n").is_err());
         // Only the first job counts.
         let two = "Job Id: 1.s\n    job_state = R\nJob Id: 2.s\n    job_state = C\n";
@@ -319,6 +389,54 @@ mod tests {
         assert!(cancel_was_moot(fixture!("qdel_torque_unknown.txt")));
         assert!(cancel_was_moot(fixture!("qdel_pbspro_finished.txt")));
         assert!(!cancel_was_moot(fixture!("qdel_torque_unauthorized.txt")));
+    }
+
+    #[test]
+    fn flavor_from_qstat_version() {
+        let runner = FakeRunner::new(vec![ok(fixture!("qstat_version_pbspro.txt"))]);
+        assert_eq!(detect_flavor(&runner).unwrap(), PbsFlavor::Pro);
+        assert_eq!(runner.calls.borrow()[0].1, ["--version"]);
+        let runner = FakeRunner::new(vec![ok(fixture!("qstat_version_openpbs.txt"))]);
+        assert_eq!(detect_flavor(&runner).unwrap(), PbsFlavor::Pro);
+        // Torque writes it to stderr; the text counts, not the stream.
+        let runner = FakeRunner::new(vec![fail(0, fixture!("qstat_version_torque6.txt"))]);
+        assert_eq!(detect_flavor(&runner).unwrap(), PbsFlavor::Torque);
+        let runner = FakeRunner::new(vec![fail(2, "qstat: cannot connect to server\n")]);
+        let msg = detect_flavor(&runner).unwrap_err().to_string();
+        assert!(
+            msg.contains("qstat --version") && msg.contains("cannot connect"),
+            "{msg}"
+        );
+        let runner = FakeRunner::new(vec![Reply::Missing]);
+        assert!(detect_flavor(&runner).unwrap_err().is_missing_program());
+    }
+
+    #[test]
+    fn parses_pbspro_select_job_samples() {
+        // The jobs the PBS Pro pilot submits: select/place, one MPI slot per node.
+        let queued = parse_qstat(fixture!("qstat_pbspro_select_queued.txt")).unwrap();
+        assert_eq!(job_state(&queued), JobState::Pending);
+        assert_eq!(
+            queued.comment.as_deref(),
+            Some("Not Running: Insufficient amount of resource: ncpus (R: 64 A: 32 T: 512)")
+        );
+        assert_eq!(
+            state(fixture!("qstat_pbspro_select_running.txt")),
+            JobState::Running
+        );
+        assert_eq!(
+            state(fixture!("qstat_pbspro_select_walltime.txt")),
+            JobState::Failed {
+                reason: "killed by PBS for exceeding its walltime (exit_status -29): Job run \
+                         at Thu Mar 14 at 09:12 on (cn101:ncpus=32)+(cn102:ncpus=32) and finished"
+                    .into()
+            }
+        );
+        // The pilot's own refusal (several slots per node) is a plain exit 1.
+        assert_eq!(
+            state(fixture!("qstat_pbspro_select_refused.txt")),
+            JobState::Finished { exit: Some(1) }
+        );
     }
 
     #[test]

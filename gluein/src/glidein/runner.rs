@@ -2,12 +2,18 @@
 //!
 //! All process spawning goes through the [`Runner`] trait so the backends
 //! can be tested with canned output recorded on real clusters, and so the
-//! CLI can be exercised on machines without any batch system.
+//! CLI can be exercised on machines without any batch system. The real
+//! runner can put a time limit on each command
+//! ([`SystemRunner::with_timeout`]), so a hung `squeue` or an ssh to a host
+//! that stopped answering cannot hang `glidein list`.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io;
-use std::process::{Command, Output, Stdio};
+use std::io::{self, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -24,16 +30,29 @@ pub trait Runner {
     fn run(&self, program: &str, args: &[String]) -> io::Result<Output>;
 }
 
+/// How long queries (`squeue`, `scontrol`, `qstat`, `ssh ... kill -0`) and
+/// cancels may take before they are given up: long enough for a busy
+/// controller, short enough that `glidein list` never looks hung.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often a runner with a time limit checks whether its child is done.
+const POLL: Duration = Duration::from_millis(20);
+
 /// The real [`Runner`], based on [`std::process::Command`].
 #[derive(Debug, Clone, Default)]
 pub struct SystemRunner {
     /// Replacement for `PATH` in the child (and for finding the program),
     /// or `None` to inherit ours.
     search_path: Option<OsString>,
+    /// Longest a command may run before it is killed; `None`: no limit.
+    timeout: Option<Duration>,
 }
 
 impl SystemRunner {
-    /// A runner that finds programs on the inherited `PATH`.
+    /// A runner that finds programs on the inherited `PATH` and waits for
+    /// them as long as they take. Use it for submissions: killing `sbatch`
+    /// or `qsub` halfway can leave a job in the queue that nobody recorded.
+    /// Give queries a limit with [`SystemRunner::with_timeout`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -43,7 +62,22 @@ impl SystemRunner {
     pub fn with_search_path(path: impl Into<OsString>) -> Self {
         Self {
             search_path: Some(path.into()),
+            timeout: None,
         }
+    }
+
+    /// The same runner, but a command still running after `limit` is
+    /// killed (with everything it started) and reported as an error of
+    /// kind [`io::ErrorKind::TimedOut`] that names the program and the
+    /// limit. [`DEFAULT_TIMEOUT`] suits batch system queries.
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// The time limit, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 }
 
@@ -55,7 +89,99 @@ impl Runner for SystemRunner {
             // std resolves the program with the child's PATH when it is set.
             cmd.env("PATH", path);
         }
-        cmd.output().map_err(|e| explain_spawn_error(program, e))
+        let Some(limit) = self.timeout else {
+            return cmd.output().map_err(|e| explain_spawn_error(program, e));
+        };
+        // Its own process group, so a timeout kills what it started too (a
+        // script's `sleep` would otherwise keep our pipes open). Only with
+        // a limit: a group of its own no longer gets the terminal's Ctrl-C.
+        cmd.process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().map_err(|e| explain_spawn_error(program, e))?;
+        run_with_limit(child, program, limit)
+    }
+}
+
+/// Waits for `child` and reads its output, killing its process group if
+/// that takes longer than `limit`.
+fn run_with_limit(mut child: Child, program: &str, limit: Duration) -> io::Result<Output> {
+    let deadline = Instant::now() + limit;
+    // Both pipes are drained on threads, so a chatty child never blocks on
+    // a full pipe while we wait for it to exit.
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            kill_group(&mut child);
+            return Err(timed_out(program, limit));
+        }
+        std::thread::sleep(POLL);
+    };
+    // A background process the child left behind may still hold the
+    // pipes; it gets what is left of the limit, then is killed too.
+    let mut collect = |rx: mpsc::Receiver<Vec<u8>>| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(left).map_err(|_| {
+            kill_group(&mut child);
+            timed_out(program, limit)
+        })
+    };
+    let stdout = collect(stdout)?;
+    let stderr = collect(stderr)?;
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// Reads `pipe` to its end on a thread; the bytes arrive on the channel.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            // A read error ends the output early; what was read still counts.
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        let _ = tx.send(bytes);
+    });
+    rx
+}
+
+/// SIGKILLs the child's process group (the child leads it, see `run`)
+/// and reaps the child. Errors are ignored: the group may be gone already.
+fn kill_group(child: &mut Child) {
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid only sends a signal to that
+        // process group, which we created for this child.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn timed_out(program: &str, limit: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "`{program}` gave no answer within {} and was killed (the batch system \
+             or host may be down or overloaded)",
+            seconds(limit)
+        ),
+    )
+}
+
+/// `30 s`, or `0.5 s` for limits that are not whole seconds.
+fn seconds(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 
@@ -168,6 +294,14 @@ pub enum BackendError {
         /// Why (already explains missing programs).
         source: io::Error,
     },
+    /// The program ran past the runner's time limit and was killed.
+    #[error("`{command}` timed out: {source}")]
+    TimedOut {
+        /// The command line.
+        command: String,
+        /// Says which program and what the limit was.
+        source: io::Error,
+    },
     /// The program ran and failed.
     #[error("`{command}` failed ({status}): {message}")]
     Failed {
@@ -213,12 +347,17 @@ impl BackendError {
     }
 }
 
-/// Runs `cmd`, turning a failure to start it into a [`BackendError`]; a
-/// command that ran is returned whatever its exit status.
+/// Runs `cmd`, turning a failure to start or finish it into a
+/// [`BackendError`]; a command that ran is returned whatever its exit
+/// status.
 pub fn spawn(cmd: &CommandLine, runner: &dyn Runner) -> Result<Output, BackendError> {
-    cmd.run(runner).map_err(|source| BackendError::Spawn {
-        command: cmd.to_string(),
-        source,
+    cmd.run(runner).map_err(|source| {
+        let command = cmd.to_string();
+        if source.kind() == io::ErrorKind::TimedOut {
+            BackendError::TimedOut { command, source }
+        } else {
+            BackendError::Spawn { command, source }
+        }
     })
 }
 
@@ -366,6 +505,92 @@ mod tests {
         assert_eq!(out.status.code(), Some(3));
         assert_eq!(stdout_text(&out), "out\n");
         assert_eq!(failure_message(&out), "err");
+    }
+
+    /// A directory with an executable `name` that runs `body` (bash), and
+    /// a search path that puts it first.
+    fn fake_program(
+        tmp: &crate::glidein::alloc::testing::TempDir,
+        name: &str,
+        body: &str,
+    ) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = tmp.path().join(name);
+        std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        format!(
+            "{}:{}",
+            tmp.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    #[test]
+    fn a_hanging_query_is_killed_and_named() {
+        let tmp = crate::glidein::alloc::testing::TempDir::new("hang");
+        let pid_file = tmp.path().join("sleep.pid");
+        let body = format!("sleep 30 &\necho $! > '{}'\nwait", pid_file.display());
+        let path = fake_program(&tmp, "squeue", &body);
+        let runner = SystemRunner::with_search_path(path).with_timeout(Duration::from_secs(1));
+        let started = Instant::now();
+        let err = crate::glidein::slurm::query_state("4242", &runner).unwrap_err();
+        let elapsed = started.elapsed();
+        assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+        assert!(matches!(err, BackendError::TimedOut { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("`squeue") && msg.contains("4242") && msg.contains("within 1 s"),
+            "{msg}"
+        );
+        // The sleep it started was killed with it, not left to linger.
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let gone = || {
+            std::fs::read_to_string(&stat).map_or(true, |s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gone() {
+            assert!(
+                Instant::now() < deadline,
+                "the squeue's sleep {pid} still runs"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_background_child_holding_the_pipes_cannot_hang_the_runner() {
+        let tmp = crate::glidein::alloc::testing::TempDir::new("orphan");
+        let path = fake_program(&tmp, "qstat", "sleep 30 &\necho started");
+        let runner = SystemRunner::with_search_path(path).with_timeout(Duration::from_secs(1));
+        let started = Instant::now();
+        let err = runner.run("qstat", &[]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_limited_runner_returns_what_finishes_in_time() {
+        let runner = SystemRunner::new().with_timeout(Duration::from_secs(20));
+        assert_eq!(runner.timeout(), Some(Duration::from_secs(20)));
+        // More than a pipe buffer (64 KiB) on each stream, so a runner that
+        // waited before reading would deadlock instead of passing.
+        let out = runner
+            .run(
+                "bash",
+                &[
+                    "-c".into(),
+                    "head -c 200000 /dev/zero; head -c 100000 /dev/zero >&2; exit 3".into(),
+                ],
+            )
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!((out.stdout.len(), out.stderr.len()), (200_000, 100_000));
+        let err = runner.run("frobnicate-nowhere", &[]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //! instead (see [`check_directive_path`]).
 //!
 //! * **Slurm**: one batch job; `srun` starts one agent per node.
-//! * **PBS**: one batch job; `pbsdsh -u` starts one agent per unique host.
+//! * **PBS/Torque**: one batch job; `pbsdsh -u` starts one agent per
+//!   unique host.
+//! * **PBS Pro / OpenPBS**: one batch job whose chunks each hold one MPI
+//!   slot on their own host (`select=N:...:mpiprocs=1`, `place=scatter`),
+//!   so plain `pbsdsh`, which starts one task per `$PBS_NODEFILE` line,
+//!   starts one agent per node; the script checks the node file first.
 //! * **ssh**: run on the login node; starts one detached agent per host,
 //!   records `host:pid` lines, and exits. A cancel script stops them.
 //! * **local**: run detached on this machine; starts N agents, records their
@@ -21,11 +26,24 @@ use crate::glidein::alloc::{
     EXIT_STATUS_FILE, PIDS_FILE, PILOT_PID_FILE, STDERR_FILE, STDOUT_FILE,
 };
 use crate::glidein::duration::{format_pbs, format_slurm};
-use crate::glidein::spec::{Backend, PilotSpec};
+use crate::glidein::spec::{Backend, PbsFlavor, PilotSpec};
 
 /// Options every generated `ssh` call uses: never prompt (there is nobody to
 /// answer), and give up on unreachable hosts quickly.
 pub const SSH_OPTIONS: [&str; 4] = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"];
+
+/// `ssh`, then `-o OPTION` for each of the user's `options`, then
+/// [`SSH_OPTIONS`]. The user's come first because ssh keeps the first
+/// value it sees for a key, so `ConnectTimeout=30` overrides ours.
+pub fn ssh_command(options: &[String]) -> Vec<String> {
+    let mut words = vec!["ssh".to_string()];
+    for option in options {
+        words.push("-o".to_string());
+        words.push(option.clone());
+    }
+    words.extend(SSH_OPTIONS.iter().map(|s| s.to_string()));
+    words
+}
 
 /// Exit status of the ssh pilot when some, but not all, agents started.
 pub const SSH_PARTIAL_EXIT: i32 = 3;
@@ -140,7 +158,7 @@ pub fn cancel_script(spec: &PilotSpec, dir: &Path) -> Result<Option<String>, Scr
     let dir = path_str(dir)?;
     Ok(match spec.backend {
         Backend::Slurm | Backend::Pbs => None,
-        Backend::Ssh => Some(ssh_cancel_script(dir)),
+        Backend::Ssh => Some(ssh_cancel_script(dir, &spec.ssh_options)),
         Backend::Local => Some(local_cancel_script(dir, spec.nodes)),
     })
 }
@@ -190,27 +208,63 @@ fn slurm_script(spec: &PilotSpec, dir: &str) -> String {
     finish(lines)
 }
 
-/// PBS/Torque: directives, then `pbsdsh -u` in the background and `wait`,
-/// so the SIGTERM that `qdel` sends before SIGKILL is passed on to it.
+/// PBS: directives, then `pbsdsh` in the background and `wait`, so the
+/// SIGTERM that `qdel` sends before SIGKILL is passed on to it (both
+/// families' pbsdsh forward it to their tasks).
 fn pbs_script(spec: &PilotSpec, dir: &str) -> String {
-    let nodes = match spec.executors_per_node {
-        Some(k) => format!("nodes={}:ppn={k}", spec.nodes),
-        None => format!("nodes={}", spec.nodes),
+    let resources = match spec.pbs_flavor {
+        PbsFlavor::Torque => vec![match spec.executors_per_node {
+            Some(k) => format!("nodes={}:ppn={k}", spec.nodes),
+            None => format!("nodes={}", spec.nodes),
+        }],
+        // One chunk per node, each with one MPI slot, so $PBS_NODEFILE has
+        // one line per node. Without --executors-per-node the agent uses
+        // every core it finds, so the node is asked for whole (`excl`).
+        PbsFlavor::Pro => match spec.executors_per_node {
+            Some(k) => vec![
+                format!("select={}:ncpus={k}:mpiprocs=1", spec.nodes),
+                "place=scatter".to_string(),
+            ],
+            None => vec![
+                format!("select={}:mpiprocs=1", spec.nodes),
+                "place=scatter:excl".to_string(),
+            ],
+        },
     };
     let mut lines = vec![
         "#!/bin/bash".to_string(),
         format!("#PBS -N {}", spec.job_name),
-        format!("#PBS -l {nodes}"),
+    ];
+    lines.extend(resources.iter().map(|r| format!("#PBS -l {r}")));
+    lines.extend([
         format!("#PBS -l walltime={}", format_pbs(spec.walltime)),
         format!("#PBS -o {}", file_in(dir, STDOUT_FILE)),
         format!("#PBS -e {}", file_in(dir, STDERR_FILE)),
         "#PBS -j n".to_string(),
-    ];
+    ]);
     lines.extend(margin_comment(spec));
+    lines.push("set -euo pipefail".to_string());
+    let agent = shell_join(&spec.agent_command());
+    match spec.pbs_flavor {
+        PbsFlavor::Torque => lines.extend([
+            "# -u: one agent per unique host of the job, not one per core.".to_string(),
+            format!("pbsdsh -u {agent} &"),
+        ]),
+        PbsFlavor::Pro => lines.extend([
+            "# PBS Pro's pbsdsh has no -u: it starts one task per line of the node".to_string(),
+            "# file, which mpiprocs=1 and place=scatter make one line per node.".to_string(),
+            "# qsub arguments can change that; then stop rather than start several".to_string(),
+            "# agents per node.".to_string(),
+            "entries=$(grep -c . \"$PBS_NODEFILE\" || true)".to_string(),
+            "hosts=$(sort -u \"$PBS_NODEFILE\" | grep -c . || true)".to_string(),
+            "if [ \"$entries\" -ne \"$hosts\" ]; then".to_string(),
+            "  echo \"glidein: \\$PBS_NODEFILE lists $entries slots on $hosts hosts, so pbsdsh would start more than one agent per node; keep mpiprocs=1 and place=scatter in the job's select\" >&2".to_string(),
+            "  exit 1".to_string(),
+            "fi".to_string(),
+            format!("pbsdsh -- {agent} &"),
+        ]),
+    }
     lines.extend([
-        "set -euo pipefail".to_string(),
-        "# -u: one agent per unique host of the job, not one per core.".to_string(),
-        format!("pbsdsh -u {} &", shell_join(&spec.agent_command())),
         "agents=$!".to_string(),
         "trap 'kill -TERM \"$agents\" 2>/dev/null || true' TERM".to_string(),
         "status=0".to_string(),
@@ -240,7 +294,7 @@ pub fn ssh_remote_command(spec: &PilotSpec, dir: &str, host: &str) -> String {
 /// connect timeout, not N of them), record `host:pid`, and exit 0 if all
 /// started, [`SSH_PARTIAL_EXIT`] if some did, 1 if none did.
 fn ssh_script(spec: &PilotSpec, dir: &str) -> String {
-    let ssh = format!("ssh {}", SSH_OPTIONS.join(" "));
+    let ssh = shell_join(&ssh_command(&spec.ssh_options));
     let mut lines = vec!["#!/bin/bash".to_string()];
     lines.extend(margin_comment(spec));
     lines.extend([
@@ -290,31 +344,40 @@ fn ssh_script(spec: &PilotSpec, dir: &str) -> String {
     finish(lines)
 }
 
-/// ssh cancel: SIGTERM every recorded agent. An agent that is already gone
+/// ssh cancel: SIGTERM every recorded agent, all hosts at once (so
+/// unreachable hosts cost one connect timeout, not one each, and the
+/// script fits in the runner's time limit). An agent that is already gone
 /// is fine; an unreachable host is an error (its agent may still run).
-fn ssh_cancel_script(dir: &str) -> String {
-    let ssh = format!("ssh {}", SSH_OPTIONS.join(" "));
+fn ssh_cancel_script(dir: &str, options: &[String]) -> String {
+    let ssh = shell_join(&ssh_command(options));
     finish(vec![
         "#!/bin/bash".to_string(),
         "# Stops the agents started by pilot.sh (one `host:pid` per line in the".to_string(),
         "# pids file) with SIGTERM, so they leave the pool cleanly.".to_string(),
         "set -uo pipefail".to_string(),
         format!("PIDS={}", shell_quote(&file_in(dir, PIDS_FILE))),
-        "status=0".to_string(),
-        "while IFS= read -r line || [ -n \"$line\" ]; do".to_string(),
-        "  host=${line%:*}".to_string(),
-        "  pid=${line##*:}".to_string(),
-        "  [[ $pid =~ ^[0-9]+$ ]] || continue".to_string(),
+        "stop_agent() {".to_string(),
+        "  local host=$1 pid=$2 rc".to_string(),
         "  # stdin from /dev/null, or ssh would swallow the rest of the pids file".to_string(),
         format!("  {ssh} \"$host\" \"kill $pid\" < /dev/null"),
         "  rc=$?".to_string(),
         "  if [ \"$rc\" -eq 255 ]; then".to_string(),
         "    echo \"glidein: could not reach $host to stop agent $pid\" >&2".to_string(),
-        "    status=1".to_string(),
+        "    return 1".to_string(),
         "  elif [ \"$rc\" -ne 0 ]; then".to_string(),
         "    echo \"glidein: agent $pid on $host was already gone\" >&2".to_string(),
         "  fi".to_string(),
+        "}".to_string(),
+        "stoppers=()".to_string(),
+        "while IFS= read -r line || [ -n \"$line\" ]; do".to_string(),
+        "  host=${line%:*}".to_string(),
+        "  pid=${line##*:}".to_string(),
+        "  [[ $pid =~ ^[0-9]+$ ]] || continue".to_string(),
+        "  stop_agent \"$host\" \"$pid\" &".to_string(),
+        "  stoppers+=(\"$!\")".to_string(),
         "done < \"$PIDS\"".to_string(),
+        "status=0".to_string(),
+        "for s in \"${stoppers[@]}\"; do wait \"$s\" || status=1; done".to_string(),
         "exit \"$status\"".to_string(),
     ])
 }
@@ -544,6 +607,99 @@ mod tests {
     }
 
     #[test]
+    fn pbs_pro_script_lines() {
+        let mut s = spec(Backend::Pbs);
+        s.pbs_flavor = PbsFlavor::Pro;
+        let text = pilot_script(&s, Path::new("/h/allocs/pbs-1")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..9],
+            [
+                "#!/bin/bash",
+                "#PBS -N constellation",
+                "#PBS -l select=4:ncpus=16:mpiprocs=1",
+                "#PBS -l place=scatter",
+                "#PBS -l walltime=02:00:00",
+                "#PBS -o /h/allocs/pbs-1/stdout",
+                "#PBS -e /h/allocs/pbs-1/stderr",
+                "#PBS -j n",
+                "# Constellation glide-in pilot (pbs backend), generated by `constellation glidein`.",
+            ]
+        );
+        assert!(lines.contains(
+            &"pbsdsh -- /opt/c/bin/constellation agent --pool /home/u/pool.json --executors 16 \
+              --context gpu,a100 --site lumi --walltime 6840s &"
+        ));
+        assert!(!text.contains("pbsdsh -u"), "{text}");
+        s.executors_per_node = None;
+        let text = pilot_script(&s, Path::new("/a")).unwrap();
+        assert!(text.contains("#PBS -l select=4:mpiprocs=1\n#PBS -l place=scatter:excl\n"));
+        bash(&format!("bash -n <<'EOF'\n{text}EOF"));
+    }
+
+    /// Runs a PBS pilot script with a fake `pbsdsh` (that prints its
+    /// arguments) on PATH and a node file with `nodefile` as contents;
+    /// returns (exit code, stdout, stderr).
+    fn run_pbs_pilot(flavor: PbsFlavor, nodefile: &str) -> (i32, String, String) {
+        let tmp = TempDir::new("pbs-pilot");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let fake = bin.join("pbsdsh");
+        std::fs::write(&fake, "#!/bin/bash\nprintf '<%s>' \"$@\"\necho\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let nodes = tmp.path().join("nodefile");
+        std::fs::write(&nodes, nodefile).unwrap();
+        let mut s = spec(Backend::Pbs);
+        s.pbs_flavor = flavor;
+        s.context = Some("two words".into());
+        let script = tmp.path().join("pilot.sh");
+        std::fs::write(&script, pilot_script(&s, tmp.path()).unwrap()).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("bash")
+            .arg(&script)
+            .env("PATH", path)
+            .env("PBS_NODEFILE", &nodes)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn pbs_pilots_call_pbsdsh_as_each_flavor_needs() {
+        let agent = "</opt/c/bin/constellation><agent><--pool></home/u/pool.json>\
+                     <--executors><16><--context><two words><--site><lumi><--walltime><6840s>\n";
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Torque, "n1\nn1\nn2\nn2\n");
+        assert_eq!(
+            (code, out.as_str()),
+            (0, format!("<-u>{agent}").as_str()),
+            "{err}"
+        );
+        // PBS Pro: one node file line per node, as the select asks.
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Pro, "n1\nn2\nn3\nn4\n");
+        assert_eq!(
+            (code, out.as_str()),
+            (0, format!("<-->{agent}").as_str()),
+            "{err}"
+        );
+        // A select changed to several slots per node: refused, pbsdsh not run.
+        let (code, out, err) = run_pbs_pilot(PbsFlavor::Pro, "n1\nn1\nn2\nn2\n");
+        assert_eq!((code, out.as_str()), (1, ""), "{err}");
+        assert!(
+            err.contains("lists 4 slots on 2 hosts") && err.contains("mpiprocs=1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn directive_paths_are_checked() {
         let s = spec(Backend::Slurm);
         let err = pilot_script(&s, Path::new("/home/my user/a")).unwrap_err();
@@ -569,13 +725,30 @@ mod tests {
         s.nodes = 2;
         let text = pilot_script(&s, Path::new("/h/a b")).unwrap();
         assert!(text.contains("PIDS='/h/a b/pids'\n"));
-        assert!(text.contains("ssh -o BatchMode=yes -o ConnectTimeout=10 \"$host\" \"$remote\""));
+        assert!(
+            text.contains("ssh -o 'BatchMode=yes' -o 'ConnectTimeout=10' \"$host\" \"$remote\"")
+        );
         assert_eq!(text.matches("start_agent node1 ").count(), 1);
         assert_eq!(text.matches("start_agent alice@node2 ").count(), 1);
         assert!(text.contains("exit 3"));
         bash(&format!("bash -n <<'EOF'\n{text}EOF"));
         let cancel = cancel_script(&s, Path::new("/h/a b")).unwrap().unwrap();
         assert!(cancel.contains("\"kill $pid\" < /dev/null"));
+        bash(&format!("bash -n <<'EOF'\n{cancel}EOF"));
+    }
+
+    #[test]
+    fn ssh_options_go_into_every_ssh_call() {
+        let mut s = spec(Backend::Ssh);
+        s.hosts = vec!["node1".into()];
+        s.nodes = 1;
+        s.ssh_options = vec!["Port=2222".into(), "IdentityFile=/h/my key".into()];
+        let ssh = "ssh -o 'Port=2222' -o 'IdentityFile=/h/my key' -o 'BatchMode=yes' \
+                   -o 'ConnectTimeout=10' \"$host\"";
+        let pilot = pilot_script(&s, Path::new("/h/a")).unwrap();
+        assert!(pilot.contains(ssh), "{pilot}");
+        let cancel = cancel_script(&s, Path::new("/h/a")).unwrap().unwrap();
+        assert!(cancel.contains(ssh), "{cancel}");
         bash(&format!("bash -n <<'EOF'\n{cancel}EOF"));
     }
 

@@ -86,12 +86,60 @@ impl FromStr for Backend {
     }
 }
 
+/// Which PBS family a cluster runs. They differ in how a job starts one
+/// task per node: Torque's `pbsdsh -u` starts one per unique host; PBS Pro
+/// (and OpenPBS) has no `-u` and starts one task per `$PBS_NODEFILE` line,
+/// so its pilot asks for one MPI slot per node instead (see
+/// [`crate::glidein::script`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PbsFlavor {
+    /// Torque (and the old OpenPBS 2.x it came from): `-l nodes=N:ppn=K`,
+    /// `pbsdsh -u`.
+    #[default]
+    Torque,
+    /// PBS Professional and OpenPBS 19+: `-l select=N:...:mpiprocs=1`,
+    /// `-l place=scatter`, `pbsdsh --`.
+    Pro,
+}
+
+impl PbsFlavor {
+    /// Lower-case name, as used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PbsFlavor::Torque => "torque",
+            PbsFlavor::Pro => "pro",
+        }
+    }
+}
+
+impl fmt::Display for PbsFlavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PbsFlavor {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "torque" => Ok(PbsFlavor::Torque),
+            "pro" | "pbspro" | "openpbs" => Ok(PbsFlavor::Pro),
+            _ => Err(SpecError::UnknownPbsFlavor(s.to_string())),
+        }
+    }
+}
+
 /// A problem with the requested pilot, found before anything is run.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SpecError {
     /// The backend name is not one we know.
     #[error("unknown glide-in backend `{0}`: use one of slurm, pbs, ssh, local")]
     UnknownBackend(String),
+    /// The PBS flavor name is not one we know.
+    #[error("unknown PBS flavor `{0}`: use torque (Torque) or pro (PBS Professional, OpenPBS)")]
+    UnknownPbsFlavor(String),
     /// `--nodes 0`.
     #[error("--nodes must be at least 1")]
     NoNodes,
@@ -154,6 +202,12 @@ pub enum SpecError {
     /// Raw submit arguments given to a backend with no submit command.
     #[error("extra arguments after `--` are passed to sbatch/qsub, but the {0} backend has no batch system: leave them out")]
     RawArgsNotUsed(Backend),
+    /// ssh options given to a backend that does not use ssh.
+    #[error("ssh options are only used by the ssh backend, not {0}: leave them out")]
+    SshOptionsNotUsed(Backend),
+    /// An ssh option that is not `Key=value` (what `ssh -o` takes).
+    #[error("ssh option `{0}` is invalid: write it as ssh's -o takes it, `Key=value` (e.g. `Port=2222` or `IdentityFile=~/.ssh/cluster`), on one line")]
+    BadSshOption(String),
 }
 
 /// Everything needed to start one pilot job (one allocation).
@@ -182,6 +236,13 @@ pub struct PilotSpec {
     /// Extra arguments for `sbatch`/`qsub`, passed verbatim before the
     /// script so they override the script's directives.
     pub raw_args: Vec<String>,
+    /// `Key=value` options passed as `ssh -o Key=value` to every ssh call
+    /// of the ssh backend (start, state, cancel); empty otherwise. They come
+    /// before our own defaults, and ssh keeps the first value it sees for
+    /// each key, so they can override those too.
+    pub ssh_options: Vec<String>,
+    /// Which PBS the pilot script is written for (PBS backend only).
+    pub pbs_flavor: PbsFlavor,
     /// Batch job name.
     pub job_name: String,
 }
@@ -206,6 +267,8 @@ impl PilotSpec {
             agent_binary: agent_binary.into(),
             hosts: Vec::new(),
             raw_args: Vec::new(),
+            ssh_options: Vec::new(),
+            pbs_flavor: PbsFlavor::default(),
             job_name: DEFAULT_JOB_NAME.to_string(),
         }
     }
@@ -292,10 +355,16 @@ impl PilotSpec {
             return Err(SpecError::RawArgsNotUsed(self.backend));
         }
         if self.backend != Backend::Ssh {
+            if !self.ssh_options.is_empty() {
+                return Err(SpecError::SshOptionsNotUsed(self.backend));
+            }
             return match self.hosts.is_empty() {
                 true => Ok(()),
                 false => Err(SpecError::HostsNotUsed(self.backend)),
             };
+        }
+        for option in &self.ssh_options {
+            validate_ssh_option(option)?;
         }
         if self.hosts.is_empty() {
             return Err(SpecError::NoHosts);
@@ -373,6 +442,22 @@ fn validate_job_name(name: &str) -> Result<(), SpecError> {
         Ok(())
     } else {
         Err(SpecError::BadJobName(name.to_string()))
+    }
+}
+
+/// `ssh -o` takes `Key=value` (or `Key value`); checking the shape here
+/// turns a typo into an error now instead of a failed ssh on every host.
+/// A newline would end the option inside ssh's config parser and let a
+/// second directive in, so control characters are refused.
+fn validate_ssh_option(option: &str) -> Result<(), SpecError> {
+    let bad = || SpecError::BadSshOption(option.to_string());
+    let (key, value) = option.split_once(['=', ' ']).ok_or_else(bad)?;
+    let key_ok = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric());
+    let value_ok = !value.trim().is_empty() && !value.chars().any(char::is_control);
+    if key_ok && value_ok {
+        Ok(())
+    } else {
+        Err(bad())
     }
 }
 
@@ -537,6 +622,40 @@ mod tests {
             Backend::Ssh,
             "listed twice",
         );
+        check(
+            &|s| s.ssh_options = vec!["Port=2222".into()],
+            Backend::Slurm,
+            "only used by the ssh backend",
+        );
+        for bad in [
+            "Port",
+            "=2222",
+            "Port=",
+            "Port= ",
+            "-p=2",
+            "Port=22\nProxyCommand=x",
+        ] {
+            check(
+                &|s| {
+                    s.hosts = vec!["n1".into(), "n2".into()];
+                    s.ssh_options = vec![bad.into()];
+                },
+                Backend::Ssh,
+                "is invalid",
+            );
+        }
+    }
+
+    #[test]
+    fn ssh_options_in_both_ssh_spellings_pass() {
+        let mut s = spec(Backend::Ssh);
+        s.hosts = vec!["n1".into(), "n2".into()];
+        s.ssh_options = vec![
+            "Port=2222".into(),
+            "IdentityFile=~/.ssh/my key".into(),
+            "UserKnownHostsFile /dev/null".into(),
+        ];
+        s.validate().unwrap();
     }
 
     #[test]
@@ -563,5 +682,16 @@ mod tests {
         assert_eq!("SLURM".parse::<Backend>().unwrap(), Backend::Slurm);
         let msg = "lsf".parse::<Backend>().unwrap_err().to_string();
         assert!(msg.contains("`lsf`") && msg.contains("slurm, pbs, ssh, local"));
+    }
+
+    #[test]
+    fn pbs_flavor_names() {
+        assert_eq!("torque".parse::<PbsFlavor>().unwrap(), PbsFlavor::Torque);
+        for pro in ["pro", "PBSPro", "openpbs"] {
+            assert_eq!(pro.parse::<PbsFlavor>().unwrap(), PbsFlavor::Pro, "{pro}");
+        }
+        assert_eq!(PbsFlavor::Pro.to_string(), "pro");
+        let msg = "lsf".parse::<PbsFlavor>().unwrap_err().to_string();
+        assert!(msg.contains("`lsf`") && msg.contains("torque"), "{msg}");
     }
 }

@@ -504,17 +504,24 @@ fn process_alive(pid: &str) -> bool {
 }
 
 /// A fake `ssh` that runs the remote command locally, as the remote login
-/// shell would; host `down` is unreachable (exit 255, like ssh).
+/// shell would; host `down` is unreachable (exit 255, like ssh). Each call
+/// appends its `-o` options, one line per call, to `ssh-options.log`.
 fn fake_ssh_path(dir: &Path) -> String {
     let bin = dir.join("fake-bin");
     fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("ssh-options.log");
     executable(
         &bin.join("ssh"),
+        &format!(
         "#!/bin/bash\n\
-         while [ \"$1\" = \"-o\" ]; do shift 2; done\n\
+         options=()\n\
+         while [ \"$1\" = \"-o\" ]; do options+=(\"$2\"); shift 2; done\n\
+         echo \"${{options[*]}}\" >> {}\n\
          host=$1; shift\n\
          if [ \"$host\" = down ]; then echo \"ssh: connect to host down port 22: No route to host\" >&2; exit 255; fi\n\
          exec bash -c \"$*\"\n",
+            script::shell_quote(&log.to_string_lossy())
+        ),
     );
     format!(
         "{}:{}",
@@ -531,6 +538,7 @@ fn ssh_pilot_starts_tracks_and_cancels_agents() {
     let mut spec = local_spec(fake_agent(tmp.path(), true), 3);
     spec.backend = Backend::Ssh;
     spec.hosts = vec!["node1".into(), "alice@node2".into(), "down".into()];
+    spec.ssh_options = vec!["Port=2222".into(), "IdentityFile=/k/my key".into()];
 
     let mut alloc = submit(&spec, &root, &runner, T0).unwrap();
     assert_eq!(alloc.record.state, JobState::Running);
@@ -566,6 +574,16 @@ fn ssh_pilot_starts_tracks_and_cancels_agents() {
     }
     let state = fs::read_to_string(alloc.path(STATE_FILE)).unwrap();
     assert!(state.contains("\"cancelled\""), "{state}");
+    // Every ssh call (3 starts, 1+ alive checks, 2 kills) had the user's
+    // options first, then ours.
+    let calls = fs::read_to_string(tmp.path().join("ssh-options.log")).unwrap();
+    assert!(calls.lines().count() >= 6, "{calls}");
+    for call in calls.lines() {
+        assert_eq!(
+            call, "Port=2222 IdentityFile=/k/my key BatchMode=yes ConnectTimeout=10",
+            "{calls}"
+        );
+    }
 }
 
 #[test]

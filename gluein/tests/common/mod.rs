@@ -1,0 +1,226 @@
+//! Helpers for the tests that run `constellation` as real processes: a
+//! scratch directory, children killed when the test ends, a loopback pool,
+//! a bag of shell activities that records where each ran, and the
+//! allocation directories `constellation glidein` leaves.
+
+// Each test file uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_constellation");
+
+/// An empty directory `name` under cargo's per-target temp directory; it is
+/// kept after the test for a look at the logs.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// Kills the process when the test ends, whatever happens.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `constellation` run in `dir`, with its glide-in allocations kept in
+/// `dir/home` instead of the user's home.
+pub fn constellation(dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(dir)
+        .env("CONSTELLATION_HOME", dir.join("home"));
+    command
+}
+
+/// Starts `constellation ARGS` in `dir` with stdout and stderr in
+/// `dir/LOG`.
+pub fn spawn(dir: &Path, args: &[&str], log: &str) -> Guard {
+    let out = std::fs::File::create(dir.join(log)).expect("log file");
+    Guard(
+        constellation(dir)
+            .args(args)
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("start constellation"),
+    )
+}
+
+/// Runs `constellation ARGS` in `dir` to completion.
+pub fn run(dir: &Path, args: &[&str]) -> Output {
+    constellation(dir)
+        .args(args)
+        .output()
+        .expect("run constellation")
+}
+
+/// Starts a loopback pool in `dir` (pool file `dir/pool.json`, log
+/// `dir/pool.log`) and waits for its pool file.
+pub fn start_pool(dir: &Path) -> Guard {
+    let guard = spawn(
+        dir,
+        &[
+            "pool",
+            "start",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--pool-file",
+            "pool.json",
+        ],
+        "pool.log",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("pool.json").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no pool file: {}",
+            log(dir, "pool.log")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard
+}
+
+/// The contents of `dir/name`, or nothing.
+pub fn log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// Status, stdout and stderr, for assertion messages.
+pub fn text(output: &Output) -> String {
+    format!(
+        "{:?}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Waits up to `limit` for the process to exit.
+pub fn wait_exit(guard: &mut Guard, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = guard.0.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Writes `dir/graph.toml`: `n` activities that sleep `seconds` and record
+/// which agent ran them and when (Unix nanoseconds) in `dir/marks`, one
+/// file each.
+pub fn sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
+    let graph = dir.join("graph.toml");
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks).expect("marks directory");
+    std::fs::write(
+        &graph,
+        format!(
+            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
+             script = \"s=$(date +%s%N); sleep {seconds}; echo \\\"$CONSTELLATION_LABELS $s $(date +%s%N)\\\" > {}/{{n}}\"\n",
+            marks.display()
+        ),
+    )
+    .expect("graph file");
+    graph
+}
+
+/// (first label of the agent, start, end) per activity of [`sleepers`]
+/// that finished.
+pub fn marks(dir: &Path) -> Vec<(String, u128, u128)> {
+    std::fs::read_dir(dir.join("marks"))
+        .expect("marks directory")
+        .map(|entry| {
+            let text = std::fs::read_to_string(entry.expect("mark").path()).expect("mark");
+            let mut parts = text.split_whitespace();
+            let labels = parts.next().expect("labels");
+            let first = labels.split(',').next().unwrap_or_default().to_string();
+            let start = parts.next().expect("start").parse().expect("start");
+            let end = parts.next().expect("end").parse().expect("end");
+            (first, start, end)
+        })
+        .collect()
+}
+
+/// How many activities of [`sleepers`] have finished so far.
+pub fn marks_done(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("marks")).map_or(0, |d| d.count())
+}
+
+/// The allocation ids under `dir/home/allocations`, sorted.
+pub fn allocation_ids(dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(dir.join("home/allocations"))
+        .expect("allocations directory")
+        .filter_map(|e| {
+            let e = e.expect("allocation entry");
+            e.path()
+                .is_dir()
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The directory of allocation `id`.
+pub fn allocation_dir(dir: &Path, id: &str) -> PathBuf {
+    dir.join("home/allocations").join(id)
+}
+
+/// The allocation's `state.json`, parsed.
+pub fn allocation_state(dir: &Path, id: &str) -> serde_json::Value {
+    let state =
+        std::fs::read_to_string(allocation_dir(dir, id).join("state.json")).expect("state.json");
+    serde_json::from_str(&state).expect("state.json is JSON")
+}
+
+/// The `host:pid` agents recorded in the allocation's `pids` file.
+pub fn agent_pids(alloc_dir: &Path) -> Vec<(String, i32)> {
+    std::fs::read_to_string(alloc_dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (host, pid) = line.trim().rsplit_once(':')?;
+            Some((host.to_string(), pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// True while `pid` runs here (a zombie, which an orphan may stay as where
+/// PID 1 does not reap, counts as gone).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// Kills, when the test ends, every agent (and the local pilot) that a
+/// glide-in on this machine recorded in `dir`: if the test fails before
+/// cancelling them, they would otherwise run until their walltime.
+pub struct AgentsGuard(pub PathBuf);
+
+impl Drop for AgentsGuard {
+    fn drop(&mut self) {
+        let pilot = std::fs::read_to_string(self.0.join("pilot.pid")).unwrap_or_default();
+        let pids = agent_pids(&self.0).into_iter().map(|(_, pid)| pid);
+        for pid in pids.chain(pilot.trim().parse().ok()) {
+            if pid > 0 && alive(pid) {
+                // SAFETY: sending a signal; the pid is one this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
