@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -305,8 +306,8 @@ fn agent_labels(json: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn status_shows_the_pool_and_relabel_retargets_a_live_agent() {
-    let dir = scratch("relabel");
-    let _pool = pool(&dir);
+    let dir = scratch("pool-relabel");
+    let _pool = start_pool(&dir);
     let _agent = spawn(
         &dir,
         &[
