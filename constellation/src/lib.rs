@@ -23,6 +23,7 @@ pub mod id;
 pub mod local;
 pub mod net;
 pub mod resources;
+pub mod sim;
 pub mod trace;
 pub mod wire;
 

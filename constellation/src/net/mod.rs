@@ -62,6 +62,7 @@
 //! those of its second: results should be idempotent.
 
 pub mod codec;
+pub mod custody;
 mod driver;
 pub mod key;
 pub mod message;

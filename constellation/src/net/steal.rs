@@ -6,12 +6,13 @@
 
 use std::time::{Duration, Instant};
 
-use rand::seq::SliceRandom;
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 
 /// How an idle node finds work on other nodes. Work on its own node always
 /// comes first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Ask the master, which holds the work. The master itself steals from nobody.
     MasterWorker,
@@ -56,6 +57,63 @@ pub struct Candidate<P> {
     pub same_site: bool,
     /// Whether it is the pool's master.
     pub master: bool,
+}
+
+/// The members an idle node may ask, grouped the way victim choice needs
+/// them: those on its own site, those elsewhere, and the master. Indexing
+/// instead of a list lets a caller with many members choose in constant time.
+pub trait Victims<P> {
+    /// How many members share this node's site.
+    fn on_site_count(&self) -> usize;
+    /// The member on this node's site numbered `index` (below
+    /// [`on_site_count`](Self::on_site_count)); its `same_site` is `true`.
+    fn on_site(&self, index: usize) -> Candidate<P>;
+    /// How many members are on other sites.
+    fn away_count(&self) -> usize;
+    /// The member elsewhere numbered `index` (below
+    /// [`away_count`](Self::away_count)); its `same_site` is `false`.
+    fn away(&self, index: usize) -> Candidate<P>;
+    /// The master, if it may be asked.
+    fn master(&self) -> Option<Candidate<P>>;
+}
+
+/// A list of candidates split by site, for [`Throttle::choose`].
+struct Split<P> {
+    site: Vec<Candidate<P>>,
+    away: Vec<Candidate<P>>,
+    master: Option<Candidate<P>>,
+}
+
+impl<P: Copy> Split<P> {
+    fn of(candidates: &[Candidate<P>]) -> Self {
+        Split {
+            site: candidates.iter().filter(|c| c.same_site).copied().collect(),
+            away: candidates
+                .iter()
+                .filter(|c| !c.same_site)
+                .copied()
+                .collect(),
+            master: candidates.iter().find(|c| c.master).copied(),
+        }
+    }
+}
+
+impl<P: Copy> Victims<P> for Split<P> {
+    fn on_site_count(&self) -> usize {
+        self.site.len()
+    }
+    fn on_site(&self, index: usize) -> Candidate<P> {
+        self.site[index]
+    }
+    fn away_count(&self) -> usize {
+        self.away.len()
+    }
+    fn away(&self, index: usize) -> Candidate<P> {
+        self.away[index]
+    }
+    fn master(&self) -> Option<Candidate<P>> {
+        self.master
+    }
 }
 
 /// The shortest wait after a round of empty replies.
@@ -107,19 +165,44 @@ impl Throttle {
         candidates: &[Candidate<P>],
         rng: &mut R,
     ) -> Option<Candidate<P>> {
+        let split = Split::of(candidates);
+        self.choose_from(strategy, &split, rng)
+    }
+
+    /// [`choose`](Self::choose) over members already grouped by site, so
+    /// that choosing costs the same however many members there are; the
+    /// simulator keeps thousands of nodes grouped this way.
+    pub fn choose_from<P: Copy, V: Victims<P> + ?Sized, R: Rng>(
+        &mut self,
+        strategy: Strategy,
+        victims: &V,
+        rng: &mut R,
+    ) -> Option<Candidate<P>> {
+        let site = |index| victims.on_site(index);
+        let away = |index| victims.away(index);
+        let (on_site, off_site) = (victims.on_site_count(), victims.away_count());
         let victim = match strategy {
-            Strategy::MasterWorker => candidates.iter().find(|c| c.master).copied(),
-            Strategy::Random => candidates.choose(rng).copied(),
-            Strategy::Hierarchical => {
-                let site: Vec<_> = candidates.iter().filter(|c| c.same_site).collect();
-                if !site.is_empty() && self.site_misses < site.len() {
-                    site.choose(rng).map(|c| **c)
-                } else {
-                    let away: Vec<_> = candidates.iter().filter(|c| !c.same_site).collect();
-                    match away.choose(rng) {
-                        Some(c) => Some(**c),
-                        None => site.choose(rng).map(|c| **c),
+            Strategy::MasterWorker => victims.master(),
+            Strategy::Random => {
+                let all = on_site + off_site;
+                (all > 0).then(|| {
+                    let index = rng.gen_range(0..all);
+                    if index < on_site {
+                        site(index)
+                    } else {
+                        away(index - on_site)
                     }
+                })
+            }
+            Strategy::Hierarchical => {
+                if on_site > 0 && self.site_misses < on_site {
+                    Some(site(rng.gen_range(0..on_site)))
+                } else if off_site > 0 {
+                    Some(away(rng.gen_range(0..off_site)))
+                } else if on_site > 0 {
+                    Some(site(rng.gen_range(0..on_site)))
+                } else {
+                    None
                 }
             }
         }?;

@@ -1,0 +1,206 @@
+//! Master-worker, random and hierarchical stealing side by side on the
+//! same pool and the same bag of work.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::model::{Link, Model, NodeSpec, Site};
+use super::workload::{ActivitySpec, Kind, Workload};
+use super::{simulate, SimError};
+use crate::context::{ContextList, ExecutorContext};
+use crate::net::Strategy;
+
+/// A pool and a bag of work to compare the strategies on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonSetup {
+    /// Executors in all; nodes get `executors_per_node` each (the last fewer).
+    pub executors: usize,
+    /// Executors per node.
+    pub executors_per_node: usize,
+    /// Sites; nodes are dealt to them in turn.
+    pub sites: usize,
+    /// Activities in the bag, all submitted at the master (node 0, site 0).
+    pub activities: usize,
+    /// Mean seconds per activity; each takes 0.5 to 1.5 times the mean.
+    pub mean_seconds: f64,
+    /// The link within each site.
+    pub within: Link,
+    /// The link between sites.
+    pub wide_area: Link,
+    /// The most activities one steal reply carries.
+    pub max_steal: usize,
+    /// Seed for the durations and the runs.
+    pub seed: u64,
+}
+
+impl ComparisonSetup {
+    /// `executors` in nodes of 8 over `sites` sites, with 100 activities
+    /// of 1 s (on average) per executor, cluster links within sites and
+    /// wide-area links between them.
+    pub fn new(executors: usize, sites: usize) -> Self {
+        ComparisonSetup {
+            executors,
+            executors_per_node: 8,
+            sites,
+            activities: executors * 100,
+            mean_seconds: 1.0,
+            within: Link::cluster(),
+            wide_area: Link::wide_area(),
+            max_steal: 256,
+            seed: 1,
+        }
+    }
+
+    /// The model of the pool under `strategy`.
+    pub fn model(&self, strategy: Strategy) -> Model {
+        let per_node = self.executors_per_node.max(1);
+        let sites: Vec<Site> = (0..self.sites.max(1))
+            .map(|index| Site {
+                name: format!("site{index}"),
+                within: self.within,
+            })
+            .collect();
+        let mut nodes = Vec::new();
+        let mut left = self.executors;
+        while left > 0 {
+            let count = left.min(per_node);
+            left -= count;
+            let index = nodes.len();
+            nodes.push(NodeSpec::uniform(
+                format!("node{index}"),
+                index % sites.len(),
+                count,
+                ExecutorContext::anywhere(),
+            ));
+        }
+        let mut model = Model::new(sites, nodes)
+            .with_strategy(strategy)
+            .with_seed(self.seed);
+        model.wide_area = self.wide_area;
+        model.max_steal = self.max_steal;
+        model
+    }
+
+    /// The bag of work: durations drawn from the seed, so every strategy
+    /// gets the same bag.
+    pub fn workload(&self) -> Workload {
+        let mut workload = Workload::new();
+        let kind = workload.add_kind(Kind::new("task"));
+        let mut rng = StdRng::seed_from_u64(self.seed);
+        for _ in 0..self.activities {
+            let seconds = self.mean_seconds * rng.gen_range(0.5..1.5);
+            workload
+                .add_root(ActivitySpec::new(kind, seconds).with_contexts(ContextList::anywhere()));
+        }
+        workload
+    }
+}
+
+/// One strategy's figures on one setup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonRow {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Executors in all.
+    pub executors: usize,
+    /// Nodes.
+    pub nodes: usize,
+    /// Sites.
+    pub sites: usize,
+    /// Activities.
+    pub activities: usize,
+    /// Seconds until the last activity finished.
+    pub makespan: f64,
+    /// Total work over executors: the makespan of a perfect spread.
+    pub ideal: f64,
+    /// `ideal / makespan`.
+    pub efficiency: f64,
+    /// Steal requests per activity.
+    pub steals_per_activity: f64,
+    /// Steal requests the master answered.
+    pub master_load: u64,
+    /// The most steal requests one node answered.
+    pub busiest_victim: u64,
+    /// Messages between sites per activity.
+    pub wide_area_per_activity: f64,
+    /// Simulator events processed.
+    pub events: u64,
+}
+
+impl ComparisonRow {
+    /// The rows as a plain-text table with a header line.
+    pub fn table(rows: &[ComparisonRow]) -> String {
+        let mut out = format!(
+            "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>6} {:>12} {:>11} {:>11} {:>11}\n",
+            "strategy",
+            "executors",
+            "nodes",
+            "sites",
+            "activities",
+            "makespan_s",
+            "ideal_s",
+            "eff",
+            "steals/act",
+            "master_load",
+            "busiest",
+            "wan_msg/act"
+        );
+        for row in rows {
+            out.push_str(&format!(
+                "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.4}\n",
+                row.strategy.to_string(),
+                row.executors,
+                row.nodes,
+                row.sites,
+                row.activities,
+                row.makespan,
+                row.ideal,
+                row.efficiency,
+                row.steals_per_activity,
+                row.master_load,
+                row.busiest_victim,
+                row.wide_area_per_activity,
+            ));
+        }
+        out
+    }
+}
+
+/// Runs the setup's bag under master-worker, random and hierarchical
+/// stealing, in that order.
+pub fn compare_strategies(setup: &ComparisonSetup) -> Result<Vec<ComparisonRow>, SimError> {
+    let workload = setup.workload();
+    let mut rows = Vec::new();
+    for strategy in [
+        Strategy::MasterWorker,
+        Strategy::Random,
+        Strategy::Hierarchical,
+    ] {
+        let model = setup.model(strategy);
+        let report = simulate(&model, &workload)?;
+        let executors = model.executor_count();
+        let ideal = report.work / executors.max(1) as f64;
+        let activities = report.completed.max(1) as f64;
+        rows.push(ComparisonRow {
+            strategy,
+            executors,
+            nodes: model.nodes.len(),
+            sites: model.sites.len(),
+            activities: workload.roots.len(),
+            makespan: report.makespan,
+            ideal,
+            efficiency: if report.makespan > 0.0 {
+                ideal / report.makespan
+            } else {
+                0.0
+            },
+            steals_per_activity: report.messages.steal_requests as f64 / activities,
+            master_load: report.master_load,
+            busiest_victim: report.busiest_victim,
+            wide_area_per_activity: report.messages.wide_area as f64 / activities,
+            events: report.events,
+        });
+    }
+    Ok(rows)
+}
