@@ -28,6 +28,7 @@ pub mod contexts;
 mod deblend;
 pub mod detect;
 pub mod equalize;
+pub mod eval;
 pub mod filter;
 pub mod fits;
 mod fsutil;

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use anyhow::{bail, Context as _, Result};
+mod eval_cmd;
+
 use clap::{Args, Parser, Subcommand};
 
 use supernova::catalog::{Candidate, Verdict};
@@ -54,6 +56,8 @@ enum Command {
     /// Run one step on one pair's work directory (what the step scripts call).
     #[command(subcommand)]
     Step(StepCommand),
+    /// Reproduce the paper's evaluation on the simulator, and study scale.
+    Eval(eval_cmd::EvalArgs),
 }
 
 #[derive(Args)]
@@ -251,6 +255,7 @@ fn main() -> ExitCode {
         Command::Score(args) => score_cmd(args),
         Command::Graph(args) => graph_cmd(args).map(|_| ExitCode::SUCCESS),
         Command::Step(step) => step_cmd(step).map(|_| ExitCode::SUCCESS),
+        Command::Eval(args) => eval_cmd::main(args),
     };
     outcome.unwrap_or_else(|error| {
         eprintln!("error: {error:#}");

@@ -1,0 +1,105 @@
+//! A simulated run as a run journal, in the schema `constellation run`
+//! writes, so that `constellation report` summarizes and plots it like a
+//! real run: one executor row per simulated executor (named by its node),
+//! one activity per simulated activity, one attempt row per attempt.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use constellation::sim::{AttemptEnd, SimReport};
+use journal::{
+    ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, JournalError,
+    NewRun, RunStatus,
+};
+
+/// Writes `report` to a new journal at `path` (which must not exist),
+/// described as `description`. Simulated seconds are laid out from now,
+/// so the report's clock times are those of the moment of writing.
+pub fn write(report: &SimReport, path: &Path, description: &str) -> Result<(), JournalError> {
+    let mut journal = Journal::create(path)?;
+    let run = journal.begin_run(&NewRun {
+        graph_path: format!("simulated: {description}"),
+        graph_spec: String::new(),
+        graph_hash: String::new(),
+        host: "simulator".into(),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        output_dir: String::new(),
+    })?;
+    let executors: Vec<ExecutorRow> = (report.executors.iter())
+        .map(|e| ExecutorRow {
+            executor: i64::from(e.index),
+            node: report.node_name(e.node).to_string(),
+            labels: e.labels.clone(),
+            cores: i64::from(e.cores),
+        })
+        .collect();
+    journal.record_executors(run, &executors)?;
+    let labels: BTreeMap<(u32, u32), &str> = (report.executors.iter())
+        .map(|e| ((e.node, e.index), e.labels.as_str()))
+        .collect();
+    let start = journal::unix_seconds(SystemTime::now());
+    let mut attempts: BTreeMap<String, (u32, u32, Vec<AttemptRow>)> = BTreeMap::new();
+    for record in &report.records {
+        let id = record.activity.to_string();
+        let entry = attempts
+            .entry(id.clone())
+            .or_insert_with(|| (record.kind, record.contexts, Vec::new()));
+        let completed = record.outcome == AttemptEnd::Completed;
+        entry.2.push(AttemptRow {
+            run,
+            activity: id,
+            attempt: i64::from(record.attempt),
+            node: report.node_name(record.node).to_string(),
+            executor: i64::from(record.executor),
+            labels: (labels.get(&(record.node, record.executor)).copied())
+                .unwrap_or_default()
+                .to_string(),
+            started: start + record.start,
+            ended: start + record.end,
+            outcome: if completed { "exited" } else { "signalled" }.into(),
+            exit_code: completed.then_some(0),
+            signal: (!completed).then_some(9),
+            message: (!completed).then(|| "its node died".to_string()),
+            cpu_seconds: Some(record.busy),
+            stdout: None,
+            stderr: None,
+            stdout_bytes: None,
+            stderr_bytes: None,
+        });
+    }
+    let name = |names: &[String], index: u32| names.get(index as usize).cloned().unwrap_or_default();
+    let declared: Vec<ActivityDecl> = (attempts.iter())
+        .map(|(id, (kind, contexts, _))| ActivityDecl {
+            id: id.clone(),
+            kind: name(&report.kinds, *kind),
+            spec_hash: String::new(),
+            context: name(&report.context_lists, *contexts),
+            after: Vec::new(),
+            rerun: true,
+        })
+        .collect();
+    journal.declare(run, &declared)?;
+    let updates: Vec<ActivityUpdate> = (attempts.into_iter())
+        .map(|(id, (_, _, rows))| {
+            let done = rows.iter().any(|row| row.exit_code == Some(0));
+            ActivityUpdate {
+                id,
+                state: if done {
+                    ActivityState::Done
+                } else {
+                    ActivityState::Failed
+                },
+                message: None,
+                attempts: rows,
+            }
+        })
+        .collect();
+    journal.record(run, &updates)?;
+    let status = if report.lost == 0 {
+        RunStatus::Succeeded
+    } else {
+        RunStatus::Failed
+    };
+    journal.end_run(run, status)
+}

@@ -1,0 +1,182 @@
+//! `supernova eval`: the paper's scenarios and the scale studies on the
+//! simulator, printed as tables (see `supernova::eval`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use constellation::sim::{compare_strategies, simulate, ComparisonRow, ComparisonSetup, Workload};
+use supernova::eval::{self, scenarios, steps::StepModel, Profile};
+
+/// What to evaluate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum What {
+    /// Four heterogeneous clusters, four context configurations (Tables 2, 3).
+    Scenario1,
+    /// One 48-core machine: monolithic configurations against many-task (Figure 9).
+    Scenario2,
+    /// A GPU cluster: CPU-only against step 7.2 on the GPUs (Figure 11).
+    Scenario3,
+    /// Master-worker, random and hierarchical stealing at 100 to 10,000 executors.
+    Strategies,
+    /// 10% of the nodes die mid-run: nothing is lost; what it costs.
+    Failure,
+    /// All of the above.
+    All,
+}
+
+/// Which step profile to run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// Our pipeline's measured step times.
+    Measured,
+    /// Step 7.2 weighted to 90% of a pair, as in the paper.
+    Paper,
+    /// Both, one table each.
+    Both,
+}
+
+/// Arguments of `supernova eval`.
+#[derive(Args)]
+#[command(after_help = "\
+Examples:
+  supernova eval scenario1
+  supernova eval all --seeds 3 --out eval-out     # what scripts/eval/run.sh runs
+
+Every run is simulated: the real scheduler core on virtual time and a
+modelled network (constellation::sim). Step times come from our pipeline
+(apps/supernova/eval/step-times.tsv, remeasured with
+scripts/eval/measure-steps.sh), scaled once so the 30 largest pairs take
+820 s on average as in the paper. With --out, each configuration's first
+seed is written as a run journal plus utilization plot, which
+`constellation report` reads like a real run's.")]
+pub struct EvalArgs {
+    /// What to evaluate.
+    #[arg(value_enum, required = true)]
+    what: Vec<What>,
+    /// Which step profile.
+    #[arg(long, value_enum, default_value = "both")]
+    profile: ProfileArg,
+    /// Seeds per configuration; tables show the median makespan.
+    #[arg(long, default_value_t = 3)]
+    seeds: u64,
+    /// The dataset plan's seed (sizes and layout of the 1052 pairs).
+    #[arg(long, default_value_t = 2008)]
+    dataset_seed: u64,
+    /// Where to write journals and plots of the simulated runs.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs the chosen evaluations and prints their tables.
+pub fn main(args: EvalArgs) -> Result<ExitCode> {
+    anyhow::ensure!(args.seeds >= 1, "--seeds must be at least 1");
+    let seeds: Vec<u64> = (1..=args.seeds).collect();
+    let manifest = scenarios::paper_dataset(args.dataset_seed);
+    let base = StepModel::measured()?;
+    let profiles: &[Profile] = match args.profile {
+        ProfileArg::Measured => &Profile::BOTH[..1],
+        ProfileArg::Paper => &Profile::BOTH[1..],
+        ProfileArg::Both => &Profile::BOTH,
+    };
+    let all = args.what.contains(&What::All);
+    let wants = |what: What| all || args.what.contains(&what);
+    let journals = args.out.as_deref();
+    let started = Instant::now();
+    let scenario_fns: [(What, ScenarioFn); 3] = [
+        (What::Scenario1, eval::scenario1),
+        (What::Scenario2, eval::scenario2),
+        (What::Scenario3, eval::scenario3),
+    ];
+    for (what, run) in scenario_fns {
+        if !wants(what) {
+            continue;
+        }
+        for &profile in profiles {
+            let began = Instant::now();
+            let table = run(&manifest, &base, profile, &seeds, journals)?;
+            println!("{table}({:.1} s to simulate)\n", began.elapsed().as_secs_f64());
+        }
+    }
+    if wants(What::Strategies) {
+        strategies()?;
+    }
+    if wants(What::Failure) {
+        failure()?;
+    }
+    eprintln!("eval done in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
+type ScenarioFn = fn(
+    &supernova::manifest::Manifest,
+    &StepModel,
+    Profile,
+    &[u64],
+    Option<&std::path::Path>,
+) -> Result<String>;
+
+/// The three strategies at 100, 1,000 and 10,000 executors over 10 to 100
+/// sites, 100 activities of 1 s on average per executor.
+fn strategies() -> Result<()> {
+    println!("Stealing strategies: a bag of 100 activities (0.5-1.5 s) per executor, nodes of 8 executors,");
+    println!("submitted at the master on site 0; 2 ms and 1 MB/s per transfer between sites, 50 us within");
+    let mut rows = Vec::new();
+    for (executors, sites) in [(100, 10), (1000, 10), (1000, 100), (10_000, 100)] {
+        let began = Instant::now();
+        let setup = ComparisonSetup::new(executors, sites);
+        let found = compare_strategies(&setup)?;
+        eprintln!(
+            "  {executors} executors, {sites} sites: {:.1} s to simulate",
+            began.elapsed().as_secs_f64()
+        );
+        rows.extend(found);
+    }
+    println!("{}", ComparisonRow::table(&rows));
+    Ok(())
+}
+
+/// A bag on 100 nodes of 8 executors; 10 of the nodes die at the middle of
+/// the failure-free makespan.
+fn failure() -> Result<()> {
+    let setup = ComparisonSetup::new(800, 10);
+    let workload: Workload = setup.workload();
+    let healthy = setup.model(constellation::net::Strategy::Random);
+    let calm = simulate(&healthy, &workload)?;
+    let mut failing = healthy.clone();
+    let middle = calm.makespan / 2.0;
+    // Every tenth node, never the master (node 0) that holds the roots.
+    for node in failing.nodes.iter_mut().skip(5).step_by(10) {
+        node.dies_at = Some(middle);
+    }
+    let died = failing.nodes.iter().filter(|n| n.dies_at.is_some()).count();
+    let stormy = simulate(&failing, &workload)?;
+    let expected = workload.roots.len() as u64;
+    println!(
+        "Node failures: {} activities on {} nodes x 8 executors, random stealing; {died} nodes die at {middle:.1} s",
+        expected,
+        healthy.nodes.len()
+    );
+    let rows = vec![
+        vec!["run".to_string(), "makespan s".into(), "completed".into(), "requeued".into(), "duplicates".into(), "lost".into()],
+        vec!["no failures".into(), format!("{:.2}", calm.makespan), calm.completed.to_string(), calm.requeued.to_string(), calm.duplicates.to_string(), calm.lost.to_string()],
+        vec![format!("{died} nodes die"), format!("{:.2}", stormy.makespan), stormy.completed.to_string(), stormy.requeued.to_string(), stormy.duplicates.to_string(), stormy.lost.to_string()],
+    ];
+    print!("{}", eval::table(&rows));
+    let unique: std::collections::HashSet<_> = (stormy.records.iter())
+        .filter(|r| r.outcome == constellation::sim::AttemptEnd::Completed)
+        .map(|r| r.activity)
+        .collect();
+    anyhow::ensure!(
+        unique.len() as u64 == expected && stormy.lost == 0,
+        "work was lost: {} of {expected} activities completed",
+        unique.len()
+    );
+    println!(
+        "every one of the {expected} activities completed; the failures cost {:+.1}% of makespan\n",
+        100.0 * (stormy.makespan / calm.makespan - 1.0)
+    );
+    Ok(())
+}
