@@ -348,6 +348,10 @@ pub struct Scheduler<T> {
     /// Activities stolen from here that have not finished yet.
     forwarded: FxHashMap<ActivityId, Place>,
     next_order: u64,
+    /// Queued activities that may leave the node: a thief from another
+    /// node finds nothing when there are none, however much node-bound
+    /// work waits, and is told so without a search.
+    stealable_queued: usize,
     idle_executors: usize,
     counts: Counts,
     quiescence_reported: bool,
@@ -383,6 +387,7 @@ impl<T> Scheduler<T> {
             index: FxHashMap::default(),
             forwarded: FxHashMap::default(),
             next_order: 0,
+            stealable_queued: 0,
             idle_executors: 0,
             counts: Counts::default(),
             quiescence_reported: true,
@@ -522,7 +527,9 @@ impl<T> Scheduler<T> {
         // so the search does not find them twice.
         let mut staying = Vec::new();
         for offered in &thief.contexts {
-            while stolen.len() < max {
+            // Off the node only stealable work may go; once none is left,
+            // the rest of the search would only shuffle node-bound work.
+            while stolen.len() < max && (!off_node || self.stealable_queued > 0) {
                 let mut found = self
                     .take_from(QueueOwner::Shared, offered, thief.preference, End::Oldest)
                     .map(|slot| (slot, QueueOwner::Shared));
@@ -597,6 +604,7 @@ impl<T> Scheduler<T> {
         self.forwarded.insert(record.id, to);
         self.counts.live -= 1;
         self.counts.queued -= 1;
+        self.stealable_queued -= usize::from(record.stealable);
         Stolen {
             id: record.id,
             body: record.body.expect("a queued activity holds its body"),
@@ -647,6 +655,8 @@ impl<T> Scheduler<T> {
         self.index.insert(id, slot);
         self.counts.live += 1;
         self.counts.queued += 1;
+        let stealable = (self.slots[slot as usize].record.as_ref()).is_some_and(|r| r.stealable);
+        self.stealable_queued += usize::from(stealable);
         self.quiescence_reported = false;
         self.enqueue(slot, owner);
         slot
@@ -815,6 +825,7 @@ impl<T> Scheduler<T> {
             .expect("queued slot is occupied");
         record.state = State::Running(executor);
         self.counts.queued -= 1;
+        self.stealable_queued -= usize::from(record.stealable);
         self.counts.running += 1;
         Work {
             ticket: Ticket {

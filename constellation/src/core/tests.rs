@@ -610,3 +610,23 @@ fn relabel_is_refused_when_pinned_work_would_be_stranded() {
         "there is no executor 3: this node has 1 (numbered from 0)"
     );
 }
+
+#[test]
+fn thieves_from_other_nodes_find_nothing_without_searching_node_bound_work() {
+    let mut harness = Harness::new(&["cpu"]);
+    let bound: Vec<ActivityId> = (0..3)
+        .map(|_| harness.submit_as(Origin::Outside, "bound", "cpu", false))
+        .collect();
+    let free = harness.submit("free", "cpu");
+    let thief: ExecutorContext = "cpu".parse().unwrap();
+    let stolen = harness.core.steal_off_node(&thief, 10, Place(9));
+    assert_eq!(stolen.iter().map(|s| s.id).collect::<Vec<_>>(), [free]);
+    assert!(harness.core.steal_off_node(&thief, 10, Place(9)).is_empty());
+    // The node-bound work kept its order: oldest first for the node's executor.
+    let mut ran = Vec::new();
+    while let Some(work) = harness.core.next_work(0) {
+        ran.push(work.ticket.id());
+        harness.core.complete(work.ticket, Outcome::Finish);
+    }
+    assert_eq!(ran, bound);
+}

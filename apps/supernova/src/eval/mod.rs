@@ -102,8 +102,16 @@ pub fn run_seeds(
     let mut makespans = Vec::new();
     let mut first = None;
     for &seed in seeds {
+        let began = std::time::Instant::now();
         let (model, workload) = build(seed);
         let report = simulate(&model, &workload).map_err(|e: SimError| anyhow::anyhow!("{name}: {e}"))?;
+        // Progress: a scenario runs dozens of these.
+        eprintln!(
+            "  {name}, seed {seed}: makespan {:.0} s ({} attempts, simulated in {:.1} s)",
+            report.makespan,
+            report.records.len(),
+            began.elapsed().as_secs_f64()
+        );
         anyhow::ensure!(
             report.lost == 0,
             "{name}: {} activities were lost",
@@ -311,6 +319,24 @@ pub fn scenario3(
         seconds[0] / seconds[1],
         1740.0 / 765.0
     )?;
+    // The GPU's speed is an assumption: show what the result hangs on.
+    let mut rows = vec![row(&["GPU vs one core", "simulated s", "speedup over CPU only"])];
+    for speedup in [5.0, 10.0, 20.0, 40.0] {
+        let compare = Compare::Gpu {
+            gpu_share: GPU_SHARE,
+            speedup,
+        };
+        let outcome = run_seeds(&format!("GPU {speedup}x"), &seeds[..1], None, "", |seed| {
+            scenarios::scenario3(manifest, &steps, compare, seed)
+        })?;
+        rows.push(vec![
+            format!("{speedup}x"),
+            format!("{:.0}", outcome.median()),
+            format!("{:.2}x", seconds[0] / outcome.median()),
+        ]);
+    }
+    writeln!(out, "sensitivity to the GPU's speed (first seed):")?;
+    out.push_str(&table(&rows));
     Ok(out)
 }
 

@@ -15,6 +15,7 @@ use constellation::sim::{
     ActivitySpec, Data, ExecutorSpec, Kind, Link, Model, NodeSpec, Placement as Confine, Site,
     Workload,
 };
+use constellation::net::Strategy;
 use constellation::{Context, ContextList, ExecutorContext, Preference};
 
 use super::steps::{pixels, Step, StepModel};
@@ -47,6 +48,11 @@ pub fn paper_dataset(seed: u64) -> Manifest {
     }
     manifest
 }
+
+/// How executors find work in every scenario. Ibis Constellation steals
+/// from the node that holds the work; the application submits all pairs
+/// at one node, so the others ask it.
+pub const STRATEGY: Strategy = Strategy::MasterWorker;
 
 /// The label that tells a pair's monolithic kind how many cores an
 /// executor has (`cores:8`).
@@ -115,13 +121,19 @@ pub enum Compare {
 /// Adds the many-task version of every pair: a `detect-nova` root per pair
 /// with `root_contexts`, whose steps run where `step_contexts` says (the
 /// GPU part of 7.2 under `gpu`), kept on the pair's node.
+///
+/// Steps carry their pair's size rank like the root: executors that take
+/// the largest first then finish the pairs they started before they start
+/// smaller ones, and pairs they have not started stay free for other
+/// nodes to take. With unranked steps a node would start every pair it
+/// holds at once (a root's own call is short) and keep them all.
 fn add_many_task(
     workload: &mut Workload,
     steps: &StepModel,
     pairs: &[PairEntry],
     sites: &[String],
     root_contexts: impl Fn(&PairEntry) -> ContextList,
-    step_contexts: ContextList,
+    step_contexts: impl Fn(&PairEntry) -> ContextList,
     compare: Compare,
 ) {
     let kinds: Vec<u32> = (Step::ALL.iter())
@@ -136,6 +148,7 @@ fn add_many_task(
     for pair in pairs {
         let px = pixels(pair);
         let data = workload.add_data(pair_data(pair, sites));
+        let step_contexts = step_contexts(pair);
         let mut spec = |step: Step, seconds: f64| {
             let mut activity = ActivitySpec::new(kinds[step as usize], seconds)
                 .with_contexts(step_contexts.clone())
@@ -210,8 +223,11 @@ pub fn scenario1(
     }
     // The application starts on the first VU3 node, as the master.
     let master = nodes.iter().position(|n| n.site == 2).unwrap_or(0);
-    let mut model = Model::new(sites.iter().map(Site::new).collect(), nodes).with_seed(seed);
+    let mut model = Model::new(sites.iter().map(Site::new).collect(), nodes)
+        .with_seed(seed)
+        .with_strategy(STRATEGY);
     model.master = master;
+    model.max_steal = 1;
     let mut workload = Workload::new();
     add_monolithic(&mut workload, steps, &manifest.pairs, &sites, |pair| {
         placement.activity_context(pair)
@@ -271,7 +287,7 @@ pub fn scenario2_many_task(pairs: &[PairEntry], steps: &StepModel, seed: u64) ->
         pairs,
         &sites,
         |pair| Placement::AnywhereSorted.activity_context(pair),
-        ContextList::anywhere(),
+        |pair| Placement::AnywhereSorted.activity_context(pair),
         Compare::Cpu,
     );
     (model, workload)
@@ -304,19 +320,16 @@ pub fn scenario3(
     let file_server = Link::latency(0.0001).with_bandwidth(125e6);
     let mut site = Site::new("das4");
     site.within = file_server;
-    let model = Model::new(vec![site], nodes).with_seed(seed);
+    let mut model = Model::new(vec![site], nodes)
+        .with_seed(seed)
+        .with_strategy(STRATEGY);
+    // A node takes one pair at a time; its idle executors come back for
+    // more, so a node works on as many pairs as keep it busy.
+    model.max_steal = 1;
     let mut workload = Workload::new();
-    let root = |pair: &PairEntry| {
+    let ranked = |pair: &PairEntry| {
         ContextList::single(Context::new("cpu").with_rank(crate::contexts::size_rank(pair)))
     };
-    add_many_task(
-        &mut workload,
-        steps,
-        &manifest.pairs,
-        &sites,
-        root,
-        ContextList::single(Context::new("cpu")),
-        compare,
-    );
+    add_many_task(&mut workload, steps, &manifest.pairs, &sites, ranked, ranked, compare);
     (model, workload)
 }
