@@ -23,6 +23,8 @@ pub enum What {
     Strategies,
     /// 10% of the nodes die mid-run: nothing is lost; what it costs.
     Failure,
+    /// Scenario 1 at reduced scale on the real runtime against the simulator.
+    Emulate,
     /// All of the above.
     All,
 }
@@ -68,6 +70,32 @@ pub struct EvalArgs {
     /// Where to write journals and plots of the simulated runs.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Pairs in the emulated run.
+    #[arg(long, default_value_t = 40)]
+    emulate_pairs: usize,
+    /// Real seconds per modelled second in the emulated run.
+    #[arg(long, default_value_t = 0.01)]
+    emulate_scale: f64,
+}
+
+/// Arguments of `supernova eval-site`, one site's process of an emulated run.
+#[derive(Args)]
+pub struct SiteArgs {
+    /// The site this process plays.
+    #[arg(long)]
+    site: String,
+    /// The master's address.
+    #[arg(long)]
+    join: String,
+    /// The context configuration.
+    #[arg(long)]
+    placement: supernova::contexts::Placement,
+}
+
+/// Serves one site of an emulated run until its master leaves.
+pub fn site(args: SiteArgs) -> Result<ExitCode> {
+    eval::emulate::serve_site(&args.site, &args.join, args.placement)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs the chosen evaluations and prints their tables.
@@ -97,7 +125,10 @@ pub fn main(args: EvalArgs) -> Result<ExitCode> {
         for &profile in profiles {
             let began = Instant::now();
             let table = run(&manifest, &base, profile, &seeds, journals)?;
-            println!("{table}({:.1} s to simulate)\n", began.elapsed().as_secs_f64());
+            println!(
+                "{table}({:.1} s to simulate)\n",
+                began.elapsed().as_secs_f64()
+            );
         }
     }
     if wants(What::Strategies) {
@@ -105,6 +136,21 @@ pub fn main(args: EvalArgs) -> Result<ExitCode> {
     }
     if wants(What::Failure) {
         failure()?;
+    }
+    if wants(What::Emulate) {
+        anyhow::ensure!(
+            args.emulate_scale > 0.0 && args.emulate_pairs > 0,
+            "--emulate-scale and --emulate-pairs must be positive"
+        );
+        let exe = std::env::current_exe()?;
+        let table = eval::emulation(
+            &exe,
+            &manifest,
+            &base,
+            args.emulate_pairs,
+            args.emulate_scale,
+        )?;
+        println!("{table}");
     }
     eprintln!("eval done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
@@ -160,9 +206,30 @@ fn failure() -> Result<()> {
         healthy.nodes.len()
     );
     let rows = vec![
-        vec!["run".to_string(), "makespan s".into(), "completed".into(), "requeued".into(), "duplicates".into(), "lost".into()],
-        vec!["no failures".into(), format!("{:.2}", calm.makespan), calm.completed.to_string(), calm.requeued.to_string(), calm.duplicates.to_string(), calm.lost.to_string()],
-        vec![format!("{died} nodes die"), format!("{:.2}", stormy.makespan), stormy.completed.to_string(), stormy.requeued.to_string(), stormy.duplicates.to_string(), stormy.lost.to_string()],
+        vec![
+            "run".to_string(),
+            "makespan s".into(),
+            "completed".into(),
+            "requeued".into(),
+            "duplicates".into(),
+            "lost".into(),
+        ],
+        vec![
+            "no failures".into(),
+            format!("{:.2}", calm.makespan),
+            calm.completed.to_string(),
+            calm.requeued.to_string(),
+            calm.duplicates.to_string(),
+            calm.lost.to_string(),
+        ],
+        vec![
+            format!("{died} nodes die"),
+            format!("{:.2}", stormy.makespan),
+            stormy.completed.to_string(),
+            stormy.requeued.to_string(),
+            stormy.duplicates.to_string(),
+            stormy.lost.to_string(),
+        ],
     ];
     print!("{}", eval::table(&rows));
     let unique: std::collections::HashSet<_> = (stormy.records.iter())

@@ -58,6 +58,9 @@ enum Command {
     Step(StepCommand),
     /// Reproduce the paper's evaluation on the simulator, and study scale.
     Eval(eval_cmd::EvalArgs),
+    /// One site's process of `eval emulate` (started by it).
+    #[command(hide = true)]
+    EvalSite(eval_cmd::SiteArgs),
 }
 
 #[derive(Args)]
@@ -256,6 +259,7 @@ fn main() -> ExitCode {
         Command::Graph(args) => graph_cmd(args).map(|_| ExitCode::SUCCESS),
         Command::Step(step) => step_cmd(step).map(|_| ExitCode::SUCCESS),
         Command::Eval(args) => eval_cmd::main(args),
+        Command::EvalSite(args) => eval_cmd::site(args),
     };
     outcome.unwrap_or_else(|error| {
         eprintln!("error: {error:#}");

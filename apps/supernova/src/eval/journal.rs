@@ -68,7 +68,8 @@ pub fn write(report: &SimReport, path: &Path, description: &str) -> Result<(), J
             stderr_bytes: None,
         });
     }
-    let name = |names: &[String], index: u32| names.get(index as usize).cloned().unwrap_or_default();
+    let name =
+        |names: &[String], index: u32| names.get(index as usize).cloned().unwrap_or_default();
     let declared: Vec<ActivityDecl> = (attempts.iter())
         .map(|(id, (kind, contexts, _))| ActivityDecl {
             id: id.clone(),

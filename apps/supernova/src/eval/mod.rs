@@ -5,6 +5,7 @@
 //! journal, and this module runs the scenarios and prints tables shaped
 //! like the paper's, next to the paper's figures.
 
+pub mod emulate;
 pub mod journal;
 pub mod scenarios;
 pub mod steps;
@@ -104,7 +105,8 @@ pub fn run_seeds(
     for &seed in seeds {
         let began = std::time::Instant::now();
         let (model, workload) = build(seed);
-        let report = simulate(&model, &workload).map_err(|e: SimError| anyhow::anyhow!("{name}: {e}"))?;
+        let report =
+            simulate(&model, &workload).map_err(|e: SimError| anyhow::anyhow!("{name}: {e}"))?;
         // Progress: a scenario runs dozens of these.
         eprintln!(
             "  {name}, seed {seed}: makespan {:.0} s ({} attempts, simulated in {:.1} s)",
@@ -141,7 +143,11 @@ pub const SCENARIO1: [(Placement, &str, f64); 4] = [
     (Placement::Anywhere, "anywhere", 1942.0),
     (Placement::AnywhereSorted, "anywhere, sorted", 1721.0),
     (Placement::Locations, "location sorted", 1774.0),
-    (Placement::LocationsAnywhere, "location sorted + anywhere", 1416.0),
+    (
+        Placement::LocationsAnywhere,
+        "location sorted + anywhere",
+        1416.0,
+    ),
 ];
 
 /// Runs scenario 1 and renders its table.
@@ -165,7 +171,12 @@ pub fn scenario1(
         seeds.len()
     )?;
     let mut rows = vec![row(&[
-        "configuration", "simulated s", "vs first", "paper s", "vs first", "remote copies",
+        "configuration",
+        "simulated s",
+        "vs first",
+        "paper s",
+        "vs first",
+        "remote copies",
         "executors busy",
     ])];
     let mut first = None;
@@ -200,7 +211,10 @@ pub fn scenario2(
 ) -> anyhow::Result<String> {
     let steps = profile.model(base, manifest);
     let largest = scenarios::largest(manifest, 30);
-    let sequential: Vec<f64> = largest.iter().map(|p| steps.sequential_seconds(p)).collect();
+    let sequential: Vec<f64> = largest
+        .iter()
+        .map(|p| steps.sequential_seconds(p))
+        .collect();
     let mut out = String::new();
     writeln!(
         out,
@@ -224,11 +238,19 @@ pub fn scenario2(
         if best.as_ref().is_none_or(|b| seconds < b.1) {
             best = Some((name.clone(), seconds));
         }
-        rows.push(vec![name, format!("{seconds:.0}"), core_share(&outcome, &steps, &largest)]);
+        rows.push(vec![
+            name,
+            format!("{seconds:.0}"),
+            core_share(&outcome, &steps, &largest),
+        ]);
     }
-    let many = run_seeds("many-task", seeds, journals, &format!("scenario2-{}-many-task", profile.name()), |seed| {
-        scenarios::scenario2_many_task(&largest, &steps, seed)
-    })?;
+    let many = run_seeds(
+        "many-task",
+        seeds,
+        journals,
+        &format!("scenario2-{}-many-task", profile.name()),
+        |seed| scenarios::scenario2_many_task(&largest, &steps, seed),
+    )?;
     rows.push(vec![
         "many-task 48/1".into(),
         format!("{:.0}", many.median()),
@@ -285,7 +307,12 @@ pub fn scenario3(
         profile.name(),
         seeds.len()
     )?;
-    let mut rows = vec![row(&["configuration", "simulated s", "paper s", "executors busy"])];
+    let mut rows = vec![row(&[
+        "configuration",
+        "simulated s",
+        "paper s",
+        "executors busy",
+    ])];
     let configs = [
         ("CPU only", Compare::Cpu, 1740.0, "cpu"),
         (
@@ -320,7 +347,11 @@ pub fn scenario3(
         1740.0 / 765.0
     )?;
     // The GPU's speed is an assumption: show what the result hangs on.
-    let mut rows = vec![row(&["GPU vs one core", "simulated s", "speedup over CPU only"])];
+    let mut rows = vec![row(&[
+        "GPU vs one core",
+        "simulated s",
+        "speedup over CPU only",
+    ])];
     for speedup in [5.0, 10.0, 20.0, 40.0] {
         let compare = Compare::Gpu {
             gpu_share: GPU_SHARE,
@@ -342,7 +373,11 @@ pub fn scenario3(
 
 /// Core utilization of a run on the 48-core machine: work done over
 /// 48 cores × makespan.
-fn core_share(outcome: &Outcome, steps: &StepModel, pairs: &[crate::manifest::PairEntry]) -> String {
+fn core_share(
+    outcome: &Outcome,
+    steps: &StepModel,
+    pairs: &[crate::manifest::PairEntry],
+) -> String {
     let work: f64 = pairs.iter().map(|p| steps.sequential_seconds(p)).sum();
     format!("{:.0}%", 100.0 * work / (48.0 * outcome.median()))
 }
@@ -368,7 +403,12 @@ fn row(cells: &[&str]) -> Vec<String> {
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| (rows.iter()).map(|r| r.get(c).map_or(0, |s| s.chars().count())).max().unwrap_or(0))
+        .map(|c| {
+            (rows.iter())
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -379,4 +419,50 @@ pub fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Scenario 1 at reduced scale on the real runtime (one process per site
+/// on loopback, activities sleeping their modelled time, scaled) against
+/// the simulator on the same platform; renders the comparison.
+pub fn emulation(
+    exe: &Path,
+    manifest: &Manifest,
+    base: &StepModel,
+    pairs: usize,
+    scale: f64,
+) -> anyhow::Result<String> {
+    let steps = Profile::Paper.model(base, manifest);
+    let chosen = emulate::pairs(manifest, pairs);
+    let mut out = String::new();
+    writeln!(
+        out,
+        "Emulation: scenario 1 with 2 nodes per cluster ({} executors), {} pairs, profile paper, \
+         real runtime on loopback (one process per site), time scaled by {scale}",
+        emulate::SITES.iter().map(|s| s.1).sum::<usize>(),
+        chosen.len()
+    )?;
+    let mut rows = vec![row(&[
+        "configuration",
+        "simulated s",
+        "emulated s",
+        "difference",
+    ])];
+    for (placement, name, _) in SCENARIO1 {
+        let (model, workload) = emulate::simulated(&chosen, &steps, placement, 1);
+        let simulated = simulate(&model, &workload)?.makespan;
+        let began = std::time::Instant::now();
+        let emulated = emulate::emulate(exe, &chosen, &steps, placement, scale)?;
+        eprintln!(
+            "  {name}: simulated {simulated:.0} s, emulated {emulated:.0} s (ran {:.1} s)",
+            began.elapsed().as_secs_f64()
+        );
+        rows.push(vec![
+            name.to_string(),
+            format!("{simulated:.0}"),
+            format!("{emulated:.0}"),
+            percent(emulated / simulated - 1.0),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    Ok(out)
 }

@@ -11,11 +11,11 @@
 //! ("activities belonging to a single image pair [do not] leave a
 //! machine"). Contexts come from [`Placement`], as in real runs.
 
+use constellation::net::Strategy;
 use constellation::sim::{
     ActivitySpec, Data, ExecutorSpec, Kind, Link, Model, NodeSpec, Placement as Confine, Site,
     Workload,
 };
-use constellation::net::Strategy;
 use constellation::{Context, ContextList, ExecutorContext, Preference};
 
 use super::steps::{pixels, Step, StepModel};
@@ -98,7 +98,11 @@ fn pair_data(pair: &PairEntry, sites: &[String]) -> Data {
         .collect();
     Data {
         bytes: pair.bytes,
-        replicas: if replicas.is_empty() { vec![0] } else { replicas },
+        replicas: if replicas.is_empty() {
+            vec![0]
+        } else {
+            replicas
+        },
     }
 }
 
@@ -178,10 +182,13 @@ fn add_many_task(
                 );
                 // The CPU part submits the GPU part and waits for it.
                 let cpu_part = workload.add(
-                    ActivitySpec::new(kinds[Step::Compare as usize], one(Step::Compare) * (1.0 - gpu_share))
-                        .with_contexts(step_contexts.clone())
-                        .with_placement(Confine::Node)
-                        .with_stage(vec![on_gpu]),
+                    ActivitySpec::new(
+                        kinds[Step::Compare as usize],
+                        one(Step::Compare) * (1.0 - gpu_share),
+                    )
+                    .with_contexts(step_contexts.clone())
+                    .with_placement(Confine::Node)
+                    .with_stage(vec![on_gpu]),
                 );
                 vec![cpu_part; tiles]
             }
@@ -210,7 +217,12 @@ pub fn scenario1(
     seed: u64,
 ) -> (Model, Workload) {
     // (site, nodes, cores per node), as in Table 2.
-    let clusters = [("lu", 20, 2), ("uva", 20, 4), ("vu3", 20, 4), ("vu4", 20, 8)];
+    let clusters = [
+        ("lu", 20, 2),
+        ("uva", 20, 4),
+        ("vu3", 20, 4),
+        ("vu4", 20, 8),
+    ];
     let sites: Vec<String> = clusters.iter().map(|c| c.0.to_string()).collect();
     let mut nodes = Vec::new();
     for (site_index, (site, count, cores)) in clusters.iter().enumerate() {
@@ -218,7 +230,11 @@ pub fn scenario1(
             let mut context = placement.executor_context(Some(site));
             context.contexts.push(Context::new(&cores_label(*cores)));
             let executor = ExecutorSpec::new(context).with_cores(*cores);
-            nodes.push(NodeSpec::new(format!("{site}-{n:02}"), site_index, vec![executor]));
+            nodes.push(NodeSpec::new(
+                format!("{site}-{n:02}"),
+                site_index,
+                vec![executor],
+            ));
         }
     }
     // The application starts on the first VU3 node, as the master.
@@ -237,7 +253,8 @@ pub fn scenario1(
 
 /// The executor configurations of scenario 2 (Figure 9): executors ×
 /// cores each, on one 48-core machine.
-pub const SCENARIO2_CONFIGS: [(u32, u32); 6] = [(1, 48), (2, 24), (6, 8), (12, 4), (24, 2), (48, 1)];
+pub const SCENARIO2_CONFIGS: [(u32, u32); 6] =
+    [(1, 48), (2, 24), (6, 8), (12, 4), (24, 2), (48, 1)];
 
 /// The `count` largest pairs of `manifest`.
 pub fn largest(manifest: &Manifest, count: usize) -> Vec<PairEntry> {
@@ -262,8 +279,11 @@ pub fn scenario2_monolithic(
     let specs = (0..executors)
         .map(|_| ExecutorSpec::new(context.clone()).with_cores(cores))
         .collect();
-    let model = Model::new(vec![Site::new("machine")], vec![NodeSpec::new("machine", 0, specs)])
-        .with_seed(seed);
+    let model = Model::new(
+        vec![Site::new("machine")],
+        vec![NodeSpec::new("machine", 0, specs)],
+    )
+    .with_seed(seed);
     let mut workload = Workload::new();
     add_monolithic(&mut workload, steps, pairs, &sites, |pair| {
         Placement::AnywhereSorted.activity_context(pair)
@@ -309,7 +329,11 @@ pub fn scenario3(
     let nodes = (0..18)
         .map(|n| {
             let mut executors: Vec<ExecutorSpec> = Vec::new();
-            let cpus = if matches!(compare, Compare::Cpu) { 8 } else { 7 };
+            let cpus = if matches!(compare, Compare::Cpu) {
+                8
+            } else {
+                7
+            };
             executors.extend((0..cpus).map(|_| ExecutorSpec::new(cpu.clone())));
             if cpus == 7 {
                 executors.push(ExecutorSpec::new(gpu.clone()));
@@ -330,6 +354,14 @@ pub fn scenario3(
     let ranked = |pair: &PairEntry| {
         ContextList::single(Context::new("cpu").with_rank(crate::contexts::size_rank(pair)))
     };
-    add_many_task(&mut workload, steps, &manifest.pairs, &sites, ranked, ranked, compare);
+    add_many_task(
+        &mut workload,
+        steps,
+        &manifest.pairs,
+        &sites,
+        ranked,
+        ranked,
+        compare,
+    );
     (model, workload)
 }

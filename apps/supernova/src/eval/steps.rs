@@ -260,7 +260,10 @@ impl StepModel {
             return self;
         }
         self.scale = 1.0;
-        let mean = largest.iter().map(|p| self.sequential_seconds(p)).sum::<f64>()
+        let mean = largest
+            .iter()
+            .map(|p| self.sequential_seconds(p))
+            .sum::<f64>()
             / largest.len() as f64;
         if mean > 0.0 {
             self.scale = PAPER_LARGEST_30_MEAN_SECONDS / mean;
@@ -280,7 +283,11 @@ impl StepModel {
             .map(|p| self.seconds(Step::Compare, pixels(p)) * self.count(Step::Compare, p) as f64)
             .sum::<f64>()
             / n;
-        let all: f64 = pairs.iter().map(|p| self.sequential_seconds(p)).sum::<f64>() / n;
+        let all: f64 = pairs
+            .iter()
+            .map(|p| self.sequential_seconds(p))
+            .sum::<f64>()
+            / n;
         let others = all - compare;
         if compare > 0.0 {
             self.compare_weight = PAPER_STEP7_SHARE / (1.0 - PAPER_STEP7_SHARE) * others / compare;
@@ -293,7 +300,8 @@ impl StepModel {
     pub fn compare_share(&self, pairs: &[PairEntry]) -> f64 {
         let (mut compare, mut all) = (0.0, 0.0);
         for pair in pairs {
-            compare += self.seconds(Step::Compare, pixels(pair)) * self.count(Step::Compare, pair) as f64;
+            compare +=
+                self.seconds(Step::Compare, pixels(pair)) * self.count(Step::Compare, pair) as f64;
             all += self.sequential_seconds(pair);
         }
         if all > 0.0 {
@@ -312,7 +320,9 @@ pub fn pixels(pair: &PairEntry) -> f64 {
 /// Least squares `y = a + b x`; through the origin if `a` would be negative.
 fn fit_line(points: &[(f64, f64)]) -> StepFit {
     let n = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
     let (mx, my) = (sx / n, sy / n);
     let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
     let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
@@ -329,7 +339,11 @@ fn fit_line(points: &[(f64, f64)]) -> StepFit {
     let sxy0: f64 = points.iter().map(|(x, y)| x * y).sum();
     StepFit {
         intercept: 0.0,
-        per_pixel: if sxx0 > 0.0 { (sxy0 / sxx0).max(0.0) } else { 0.0 },
+        per_pixel: if sxx0 > 0.0 {
+            (sxy0 / sxx0).max(0.0)
+        } else {
+            0.0
+        },
         points: points.len(),
     }
 }
@@ -393,7 +407,10 @@ mod tests {
             + 2.0 * model.seconds(Step::Compare, px);
         assert!((one - two - saved).abs() < 1e-9, "{one} {two} {saved}");
         // Beyond 4 cores nothing more runs side by side.
-        assert_eq!(model.monolithic_seconds(&big, 4), model.monolithic_seconds(&big, 48));
+        assert_eq!(
+            model.monolithic_seconds(&big, 4),
+            model.monolithic_seconds(&big, 48)
+        );
     }
 
     #[test]
@@ -402,8 +419,15 @@ mod tests {
         let model = StepModel::from_tsv(TABLE).unwrap().calibrated(&pairs);
         let mut largest: Vec<&PairEntry> = pairs.iter().collect();
         largest.sort_by_key(|p| std::cmp::Reverse(p.width));
-        let mean: f64 = largest[..30].iter().map(|p| model.sequential_seconds(p)).sum::<f64>() / 30.0;
-        assert!((mean - PAPER_LARGEST_30_MEAN_SECONDS).abs() < 1e-6, "{mean}");
+        let mean: f64 = largest[..30]
+            .iter()
+            .map(|p| model.sequential_seconds(p))
+            .sum::<f64>()
+            / 30.0;
+        assert!(
+            (mean - PAPER_LARGEST_30_MEAN_SECONDS).abs() < 1e-6,
+            "{mean}"
+        );
         let paper = model.clone().paper_profile(&pairs);
         assert!((paper.compare_share(&pairs) - PAPER_STEP7_SHARE).abs() < 1e-9);
         assert!(model.compare_share(&pairs) < 0.5);
@@ -417,9 +441,17 @@ mod tests {
             "step-times line 1: expected 5 fields: side run step count mean"
         );
         let error = StepModel::from_tsv("100 1 9-sweep 2 0.1\n").unwrap_err();
-        assert!(error.to_string().contains("unknown step \"9-sweep\""), "{error}");
+        assert!(
+            error.to_string().contains("unknown step \"9-sweep\""),
+            "{error}"
+        );
         let error = StepModel::from_tsv("100 1 1-prepare 2 0.1\n").unwrap_err();
-        assert!(error.to_string().contains("no measurements for step 2,3-detect"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("no measurements for step 2,3-detect"),
+            "{error}"
+        );
     }
 
     #[test]
