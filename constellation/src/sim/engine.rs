@@ -718,28 +718,49 @@ impl<'a> Engine<'a> {
     /// Queues an exported activity here again, as it was when it left.
     fn take_back(&mut self, node: u32, id: ActivityId, copy: Copy) {
         let state = &mut self.nodes[node as usize];
-        let executor = (state.local.executors_for(&copy.contexts))
-            .find(|&e| state.executors[e].idle)
-            .or_else(|| state.local.executors_for(&copy.contexts).next())
-            .unwrap_or(0);
-        let stolen = Stolen {
-            id,
-            body: Body {
-                spec: copy.spec,
-                attempt: copy.attempt,
-                parent: copy.parent,
-                children: None,
-            },
-            contexts: copy.contexts,
-            stealable: true,
-            pending: (copy.pending.iter())
-                .map(|&source| Event::new(source, id, ()))
-                .collect::<VecDeque<_>>(),
-            trail: Vec::new(),
+        let body = Body {
+            spec: copy.spec,
+            attempt: copy.attempt,
+            parent: copy.parent,
+            children: None,
         };
-        // A duplicate means the activity is here already: nothing to do.
-        if state.executors.is_empty() || state.core.accept(executor, stolen).is_err() {
-            return;
+        let pending = copy
+            .pending
+            .iter()
+            .map(|&source| Event::new(source, id, ()));
+        if state.executors.is_empty() {
+            // A node without executors (a pure master) has no executor
+            // queue to take it into: it waits in the shared queue, as the
+            // roots do, until someone steals it. A duplicate id means it
+            // is here already.
+            let submission = Submission {
+                id,
+                body,
+                contexts: copy.contexts,
+                stealable: true,
+            };
+            if state.core.submit(Origin::Outside, submission).is_ok() {
+                state.core.forget_forward(id);
+                for event in pending {
+                    // Queued here just now, so it takes the event.
+                    let _ = state.core.deliver(event);
+                }
+            }
+        } else {
+            let executor = (state.local.executors_for(&copy.contexts))
+                .find(|&e| state.executors[e].idle)
+                .or_else(|| state.local.executors_for(&copy.contexts).next())
+                .unwrap_or(0);
+            let stolen = Stolen {
+                id,
+                body,
+                contexts: copy.contexts,
+                stealable: true,
+                pending: pending.collect::<VecDeque<_>>(),
+                trail: Vec::new(),
+            };
+            // A duplicate means the activity is here already: nothing to do.
+            let _ = state.core.accept(executor, stolen);
         }
         self.drain(node);
     }

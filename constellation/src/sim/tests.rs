@@ -329,6 +329,25 @@ fn a_node_dying_mid_run_loses_no_work() {
 }
 
 #[test]
+fn a_master_without_executors_takes_back_the_work_of_a_dead_worker() {
+    let sites = vec![Site::new("vu")];
+    let nodes = vec![
+        NodeSpec::uniform("master", 0, 0, anywhere()),
+        NodeSpec::uniform("w1", 0, 2, anywhere()),
+        NodeSpec::uniform("w2", 0, 2, anywhere()).dying_at(3.5),
+    ];
+    let mut model = Model::new(sites, nodes).with_strategy(Strategy::MasterWorker);
+    model.max_steal = 4;
+    let report = simulate(&model, &Workload::bag(40, 1.0, ContextList::anywhere())).unwrap();
+    assert!(report.requeued > 0);
+    assert_eq!(report.completed, 40);
+    assert_eq!(report.duplicates, 0);
+    assert!(completed(&report)
+        .iter()
+        .all(|r| r.node == 1 || r.end <= 3.5));
+}
+
+#[test]
 fn random_stealing_with_dying_nodes_finishes_everything_at_least_once() {
     let mut model = pool(10, 2, 2, Strategy::Random).with_seed(8);
     model.max_steal = 4;
