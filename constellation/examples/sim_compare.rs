@@ -11,7 +11,8 @@
 use std::time::Instant;
 
 use clap::Parser;
-use constellation::sim::{compare_strategies, ComparisonRow, ComparisonSetup};
+use constellation::net::Strategy;
+use constellation::sim::{compare_strategies, simulate, ComparisonRow, ComparisonSetup, WideSteal};
 
 #[derive(Parser)]
 #[command(about = "Compare steal strategies in the simulator")]
@@ -28,6 +29,10 @@ struct Args {
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
+    /// Also run hierarchical stealing with cross-site steals of up to
+    /// --max-steal (instead of one per idle executor).
+    #[arg(long)]
+    what_if: bool,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -49,7 +54,15 @@ fn main() -> anyhow::Result<()> {
             setup.max_steal = args.max_steal;
             setup.seed = args.seed;
             let started = Instant::now();
-            let found = compare_strategies(&setup)?;
+            let mut found = compare_strategies(&setup)?;
+            if args.what_if {
+                setup.wide_steal = WideSteal::MaxSteal;
+                let model = setup.model(Strategy::Hierarchical);
+                let report = simulate(&model, &setup.workload())?;
+                let mut row = ComparisonRow::from_report(&setup, &model, &report);
+                row.label = "hier-maxsteal".into();
+                found.push(row);
+            }
             eprintln!(
                 "{executors} executors, {sites} sites: {:.1} s wall",
                 started.elapsed().as_secs_f64()

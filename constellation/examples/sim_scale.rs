@@ -12,7 +12,15 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::Parser;
 use constellation::net::Strategy;
-use constellation::sim::{simulate, ComparisonSetup};
+use constellation::sim::{simulate, ComparisonSetup, WideSteal};
+
+fn wide_steal(text: &str) -> Result<WideSteal, String> {
+    match text {
+        "idle-executors" => Ok(WideSteal::IdleExecutors),
+        "max-steal" => Ok(WideSteal::MaxSteal),
+        other => Err(format!("{other:?}: use idle-executors or max-steal")),
+    }
+}
 
 #[derive(Parser)]
 #[command(about = "Time the simulator on a large pool and bag of work")]
@@ -38,6 +46,11 @@ struct Args {
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
+    /// Hierarchical steals from other sites ask for as many as there are
+    /// idle executors (idle-executors, the net driver's rule) or for up
+    /// to --max-steal (max-steal).
+    #[arg(long, default_value = "idle-executors", value_parser = wide_steal)]
+    wide_steal: WideSteal,
     /// Percent of the nodes (never the master) that die halfway through
     /// the ideal makespan.
     #[arg(long, default_value_t = 0.0)]
@@ -57,6 +70,7 @@ fn main() -> anyhow::Result<()> {
     setup.activities = args.activities;
     setup.mean_seconds = args.seconds;
     setup.max_steal = args.max_steal;
+    setup.wide_steal = args.wide_steal;
     setup.seed = args.seed;
     let started = Instant::now();
     let workload = setup.workload();

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 
-use super::model::{nanos, Link, Model};
+use super::model::{nanos, Link, Model, WideSteal};
 use super::report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };
@@ -1210,9 +1210,11 @@ impl<'a> Engine<'a> {
                 continue;
             };
             // Across sites, take only what the idle executors can start
-            // now (the net driver's rule).
-            let max = match strategy {
-                Strategy::Hierarchical if !victim.same_site => group.idle as usize,
+            // now (the net driver's rule, unless the model says otherwise).
+            let max = match (strategy, self.model.wide_steal) {
+                (Strategy::Hierarchical, WideSteal::IdleExecutors) if !victim.same_site => {
+                    group.idle as usize
+                }
                 _ => self.model.max_steal,
             };
             group.victim = Some(victim);

@@ -58,7 +58,7 @@ mod report;
 mod workload;
 
 pub use compare::{compare_strategies, ComparisonRow, ComparisonSetup};
-pub use model::{ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink};
+pub use model::{ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink, WideSteal};
 pub use report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };

@@ -288,6 +288,30 @@ fn hierarchical_stealing_moves_less_work_between_sites_than_random() {
 }
 
 #[test]
+fn hierarchical_steals_across_sites_take_one_per_idle_executor_unless_told_otherwise() {
+    // All work starts on site 0; sites 1-7 get it only by wide steals.
+    let workload = Workload::bag(1600, 1.0, ContextList::anywhere());
+    let run = |wide_steal| {
+        let mut model = pool(16, 2, 8, Strategy::Hierarchical).with_seed(3);
+        model.wide_steal = wide_steal;
+        simulate(&model, &workload).unwrap()
+    };
+    let idle = run(WideSteal::IdleExecutors);
+    let batch = run(WideSteal::MaxSteal);
+    // A wide steal brings at most the thief's two idle executors' worth.
+    let wide_loot =
+        |r: &SimReport| r.messages.wide_area_moved as f64 / r.messages.wide_area_steals as f64;
+    assert!(wide_loot(&idle) <= 2.0, "{:?}", idle.messages);
+    assert!(wide_loot(&batch) > wide_loot(&idle), "{:?}", batch.messages);
+    assert!(
+        batch.makespan < idle.makespan,
+        "batch {} idle {}",
+        batch.makespan,
+        idle.makespan
+    );
+}
+
+#[test]
 fn a_node_dying_mid_run_loses_no_work() {
     // Master-worker: each activity is handed out once, by the master, so
     // each is completed exactly once even though a worker dies.
