@@ -187,7 +187,6 @@ enum Ev {
     StealRetry { node: u32, group: u32 },
     Msg { to: u32, from: u32, msg: Msg },
     EarlyExpire { node: u32, id: ActivityId },
-    Watchdog,
 }
 
 /// A link with its latency in nanoseconds.
@@ -208,7 +207,8 @@ impl From<Link> for LinkNs {
     }
 }
 
-/// `bytes` at `rate` bytes per second, in nanoseconds.
+/// `bytes` at `rate` bytes per second, in nanoseconds (saturating: a
+/// transfer too long to count never ends).
 fn at_rate(bytes: u64, rate: f64) -> Time {
     (bytes as f64 / rate * 1e9).round() as Time
 }
@@ -516,8 +516,16 @@ impl<'a> Engine<'a> {
                 self.lifecycle_pending += 1;
             }
         }
-        self.schedule(nanos(self.model.stall_timeout), Ev::Watchdog);
+        let stall = nanos(self.model.stall_timeout);
+        let horizon = nanos(self.model.horizon);
         while let Some(Reverse((at, _, slot))) = self.heap.pop() {
+            if at > horizon {
+                return Err(SimError::Horizon {
+                    horizon: self.model.horizon,
+                    unfinished: self.roots_left,
+                    roots: self.workload.roots.len(),
+                });
+            }
             self.now = at;
             self.events += 1;
             let ev = self.slab[slot as usize]
@@ -527,6 +535,18 @@ impl<'a> Engine<'a> {
             self.handle(ev)?;
             if self.roots_submitted && self.roots_left == 0 {
                 return Ok(self.report());
+            }
+            // Checked on every event rather than by a periodic timer: idle
+            // executors keep asking for work while the pool is stuck, and a
+            // timer would tick forever beside a call that runs for years.
+            if self.running == 0
+                && self.lifecycle_pending == 0
+                && self.now - self.last_progress >= stall
+            {
+                return Err(self.stalled(&format!(
+                    "no call started or ended for {} s and nothing runs",
+                    self.model.stall_timeout
+                )));
             }
         }
         Err(self.stalled("nothing is left to happen"))
@@ -570,25 +590,11 @@ impl<'a> Engine<'a> {
                 let wait = nanos(self.model.early_event_wait);
                 let state = &mut self.nodes[node as usize];
                 if let Some((since, _)) = state.early.get(&id) {
-                    if since + wait <= self.now {
+                    if since.saturating_add(wait) <= self.now {
                         let (_, events) = state.early.remove(&id).expect("looked up above");
                         self.undeliverable += events.len() as u64;
                     }
                 }
-            }
-            Ev::Watchdog => {
-                let stall = nanos(self.model.stall_timeout);
-                if self.roots_left > 0
-                    && self.running == 0
-                    && self.lifecycle_pending == 0
-                    && self.now - self.last_progress >= stall
-                {
-                    return Err(self.stalled(&format!(
-                        "no call started or ended for {} s and nothing runs",
-                        self.model.stall_timeout
-                    )));
-                }
-                self.schedule(self.now + stall, Ev::Watchdog);
             }
         }
         Ok(())
@@ -671,7 +677,7 @@ impl<'a> Engine<'a> {
         state.core = Scheduler::new(state.id, Vec::new());
         state.custody = Custody::new();
         state.early.clear();
-        let detect = self.now + nanos(self.model.failure_timeout);
+        let detect = self.now.saturating_add(nanos(self.model.failure_timeout));
         self.schedule(detect, Ev::Detect(node));
         self.lifecycle_pending += 1;
     }
@@ -837,7 +843,7 @@ impl<'a> Engine<'a> {
                     busy: 0,
                 };
                 (self.nodes[node as usize].started).insert(work.ticket.id(), started);
-                (transfer + nanos(seconds), None)
+                (transfer.saturating_add(nanos(seconds)), None)
             }
             Call::Process(event) => (self.event_ns[spec.kind as usize], Some(event.source)),
         };
@@ -856,7 +862,10 @@ impl<'a> Engine<'a> {
         });
         self.running += 1;
         self.last_progress = now;
-        self.schedule(now + duration, Ev::CallDone { node, executor });
+        self.schedule(
+            now.saturating_add(duration),
+            Ev::CallDone { node, executor },
+        );
     }
 
     fn call_done(&mut self, node: u32, executor: u32) -> Result<(), SimError> {
@@ -1025,7 +1034,8 @@ impl<'a> Engine<'a> {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                link.latency + rate.map_or(0, |rate| at_rate(spec.bytes, rate))
+                link.latency
+                    .saturating_add(rate.map_or(0, |rate| at_rate(spec.bytes, rate)))
             };
             (spec.replicas.iter().copied())
                 .min_by_key(|&site| (estimate(site), site))
@@ -1040,7 +1050,7 @@ impl<'a> Engine<'a> {
             self.messages.wide_area_bytes += spec.bytes;
         }
         if self.model.cache_inputs {
-            self.cache.insert(key, self.now + duration);
+            self.cache.insert(key, self.now.saturating_add(duration));
         }
         duration
     }
@@ -1056,12 +1066,12 @@ impl<'a> Engine<'a> {
                 // Both directions share one budget: the link is symmetric.
                 let shared = from.min(to) * self.sites + from.max(to);
                 let start = self.link_busy[shared].max(self.now);
-                self.link_busy[shared] = start + at_rate(bytes, rate);
+                self.link_busy[shared] = start.saturating_add(at_rate(bytes, rate));
                 self.link_busy[shared] - self.now
             }
             None => 0,
         };
-        link.latency + capped.max(queued)
+        link.latency.saturating_add(capped.max(queued))
     }
 
     // ----- messages -------------------------------------------------------
@@ -1077,8 +1087,9 @@ impl<'a> Engine<'a> {
         }
         let link = self.links[a * self.sites + b];
         let bytes = self.model.message_bytes + payload;
-        let delay = link.latency + link.bandwidth.map_or(0, |rate| at_rate(bytes, rate));
-        self.schedule(self.now + delay, Ev::Msg { to, from, msg });
+        let delay =
+            (link.latency).saturating_add(link.bandwidth.map_or(0, |rate| at_rate(bytes, rate)));
+        self.schedule(self.now.saturating_add(delay), Ev::Msg { to, from, msg });
     }
 
     fn send_event(&mut self, from: u32, to: u32, event: Event) {
@@ -1152,7 +1163,7 @@ impl<'a> Engine<'a> {
                         .or_insert_with(|| (now, Vec::new()));
                     entry.1.push(event);
                     if entry.1.len() == 1 {
-                        let at = now + nanos(self.model.early_event_wait);
+                        let at = now.saturating_add(nanos(self.model.early_event_wait));
                         self.schedule(at, Ev::EarlyExpire { node, id: target });
                     }
                 } else {

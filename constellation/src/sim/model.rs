@@ -250,6 +250,10 @@ pub struct Model {
     /// Seconds without any call starting or ending, with nothing running
     /// and no node still to join, after which the run is declared stalled.
     pub stall_timeout: f64,
+    /// Virtual seconds after which the run is given up: idle executors
+    /// keep asking for work every 50 ms at most, so a run whose calls last
+    /// for ages would cost the simulator ages too.
+    pub horizon: f64,
     /// Bytes of a steal request or a notice on the wire.
     pub message_bytes: u64,
     /// Whether a node keeps the input data it fetched, so that later
@@ -277,6 +281,7 @@ impl Model {
             failure_timeout: 3.0,
             early_event_wait: 10.0,
             stall_timeout: 60.0,
+            horizon: 1e7,
             message_bytes: 128,
             cache_inputs: true,
             seed: 0,
@@ -383,6 +388,7 @@ impl Model {
         if self.stall_timeout == 0.0 {
             return bad("the stall timeout must be positive".into());
         }
+        non_negative(self.horizon, "the horizon")?;
         Ok(())
     }
 }

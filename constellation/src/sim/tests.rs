@@ -567,6 +567,34 @@ fn bad_models_and_workloads_are_refused_with_reasons() {
 }
 
 #[test]
+fn absurd_but_valid_sizes_do_not_overflow_virtual_time() {
+    let mut model = pool(2, 1, 2, Strategy::Random);
+    model.nodes[1].executors[0].context = "far".parse().unwrap();
+    model.wide_area = Link::latency(0.0).with_per_transfer(1e-3);
+    let mut workload = Workload::new();
+    let kind = workload.add_kind(Kind::new("huge"));
+    let data = workload.add_data(Data {
+        bytes: u64::MAX,
+        replicas: vec![0],
+    });
+    workload.add_root(
+        ActivitySpec::new(kind, 1.0)
+            .with_input(data)
+            .with_contexts(ContextList::single(Context::new("far"))),
+    );
+    model.horizon = 1000.0;
+    // Not a panic on overflow, and not years of idle polling: an error.
+    assert_eq!(
+        simulate(&model, &workload),
+        Err(SimError::Horizon {
+            horizon: 1000.0,
+            unfinished: 1,
+            roots: 1
+        })
+    );
+}
+
+#[test]
 fn reports_round_trip_through_msgpack() {
     let model = pool(2, 2, 2, Strategy::Hierarchical);
     let report = simulate(&model, &Workload::bag(20, 1.0, ContextList::anywhere())).unwrap();
