@@ -212,6 +212,83 @@ fn a_shared_link_queues_transfers_beyond_its_bandwidth() {
     assert!(completed(&report).iter().all(|r| r.start < 0.01));
 }
 
+/// The paper's first scenario in small: data unevenly spread over two
+/// sites, activities labelled with where their data is.
+fn located(fallback: bool) -> SimReport {
+    let sites = vec![Site::new("a"), Site::new("b")];
+    let executor = |site: &str| {
+        let mut contexts = vec![Context::new(site)];
+        if fallback {
+            contexts.push(Context::anywhere());
+        }
+        ExecutorSpec::new(ExecutorContext::new(contexts))
+    };
+    let nodes = vec![
+        NodeSpec::new("a0", 0, vec![executor("a"); 2]),
+        NodeSpec::new("a1", 0, vec![executor("a"); 2]),
+        NodeSpec::new("b0", 1, vec![executor("b"); 2]),
+        NodeSpec::new("b1", 1, vec![executor("b"); 2]),
+    ];
+    let mut model = Model::new(sites, nodes)
+        .with_strategy(Strategy::Hierarchical)
+        .with_seed(1);
+    model.wide_area = Link::latency(0.005).with_per_transfer(1e6);
+    let mut workload = Workload::new();
+    let kind = workload.add_kind(Kind::new("detect"));
+    for index in 0..100 {
+        // Four in five pairs are stored on site a only.
+        let (site, label) = if index % 5 == 0 { (1, "b") } else { (0, "a") };
+        let data = workload.add_data(Data {
+            bytes: 2_000_000,
+            replicas: vec![site],
+        });
+        let mut contexts = vec![Context::new(label)];
+        if fallback {
+            contexts.push(Context::anywhere());
+        }
+        workload.add_root(
+            ActivitySpec::new(kind, 10.0)
+                .with_input(data)
+                .with_contexts(ContextList::priority(contexts)),
+        );
+    }
+    simulate(&model, &workload).unwrap()
+}
+
+#[test]
+fn a_location_fallback_keeps_every_site_busy_at_the_cost_of_transfers() {
+    let strict = located(false);
+    let fallback = located(true);
+    assert_eq!(strict.completed, 100);
+    assert_eq!(fallback.completed, 100);
+    // Strictly by location, site b runs its 20 pairs and then idles while
+    // site a works through 80 on 4 executors: 200 s.
+    assert_eq!(strict.messages.wide_area_transfers, 0);
+    assert!(strict.makespan >= 200.0, "{}", strict.makespan);
+    for record in completed(&strict) {
+        let label = &strict.context_lists[record.contexts as usize];
+        assert_eq!(label, &strict.sites[record.site as usize], "{record:?}");
+    }
+    // With the fallback, site b takes site a's pairs once its own are
+    // done, fetching each at 1 MB/s (2 s), and the run ends much sooner.
+    assert!(fallback.messages.wide_area_transfers > 0);
+    // (Fetches within a site take a couple of milliseconds on the cluster link.)
+    let fetched = completed(&fallback)
+        .into_iter()
+        .filter(|r| r.transfer > 1.0)
+        .collect::<Vec<_>>();
+    assert_eq!(fetched.len() as u64, fallback.messages.wide_area_transfers);
+    assert!(fetched
+        .iter()
+        .all(|r| r.site == 1 && (r.transfer - 2.005).abs() < 1e-9));
+    assert!(
+        fallback.makespan < 0.7 * strict.makespan,
+        "{} vs {}",
+        fallback.makespan,
+        strict.makespan
+    );
+}
+
 #[test]
 fn stealing_spreads_a_bag_over_all_nodes() {
     let model = pool(4, 2, 2, Strategy::Random).with_seed(3);
