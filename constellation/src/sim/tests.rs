@@ -600,6 +600,50 @@ fn one_pair_runs_its_stages_strictly_one_after_the_other() {
     assert_eq!(report.makespan, 6.0);
 }
 
+#[test]
+fn a_pipeline_survives_nodes_dying_under_its_pairs() {
+    let mut restarts = 0;
+    for strategy in [
+        Strategy::MasterWorker,
+        Strategy::Random,
+        Strategy::Hierarchical,
+    ] {
+        let mut model = pool(6, 4, 2, strategy).with_seed(6);
+        model.max_steal = 2;
+        model.nodes[2].dies_at = Some(7.0);
+        model.nodes[4].dies_at = Some(11.0);
+        let workload = pipeline(24, 6);
+        let report = simulate(&model, &workload).unwrap();
+        assert_eq!(report.lost, 0, "{strategy}");
+        assert!(report.requeued > 0, "{strategy}");
+        let kind = report.kinds.iter().position(|k| k == "pair").unwrap() as u32;
+        let mut pairs: Vec<_> = completed(&report)
+            .into_iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.activity)
+            .collect();
+        pairs.sort();
+        pairs.dedup();
+        assert_eq!(pairs.len(), 24, "{strategy}: every pair finished");
+        // A restarted pair ran all its steps again, after its restart.
+        for restarted in completed(&report)
+            .iter()
+            .filter(|r| r.kind == kind && r.attempt > 1)
+        {
+            let steps = completed(&report)
+                .iter()
+                .filter(|r| r.node == restarted.node && r.kind != kind)
+                .filter(|r| r.start >= restarted.start && r.end <= restarted.end)
+                .count();
+            // The first step, six tiles and the last step.
+            let per_pair = 8;
+            assert!(steps >= per_pair, "{strategy}: {restarted:?}");
+            restarts += 1;
+        }
+    }
+    assert!(restarts > 0, "some pair was running on a node that died");
+}
+
 fn node_id(index: u32) -> crate::id::NodeId {
     crate::id::NodeId::from_u128(u128::from(index) + 1)
 }
