@@ -21,6 +21,8 @@
 //! it keeps as a copy (`C`): encoded bytes for the network, a plain value
 //! for the simulator.
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::FxHashMap;
 
 use crate::id::ActivityId;
@@ -34,13 +36,67 @@ pub struct Export<N, C> {
     pub copy: C,
 }
 
+/// The links of one activity's chain of custody kept by one node, oldest
+/// first. Almost always one: kept inline, so the common case costs no
+/// allocation and one memory access less per lookup.
+#[derive(Debug, Clone)]
+enum Links<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Links<T> {
+    fn push(&mut self, item: T) {
+        match self {
+            Links::Many(items) => items.push(item),
+            Links::One(_) => {
+                let Links::One(first) = std::mem::replace(self, Links::Many(Vec::new())) else {
+                    unreachable!("matched One above");
+                };
+                *self = Links::Many(vec![first, item]);
+            }
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, T> {
+        match self {
+            Links::One(item) => std::slice::from_ref(item).iter(),
+            Links::Many(items) => items.iter(),
+        }
+    }
+}
+
+/// Takes the item at `position` (or the last, for `None`) out of the links
+/// in `map` under `id`, dropping the entry when none is left.
+fn take_link<T>(
+    map: &mut FxHashMap<ActivityId, Links<T>>,
+    id: ActivityId,
+    position: impl FnOnce(&Links<T>) -> Option<usize>,
+) -> Option<T> {
+    let links = map.get_mut(&id)?;
+    let at = position(links)?;
+    match links {
+        Links::One(_) => match map.remove(&id) {
+            Some(Links::One(item)) => Some(item),
+            _ => None,
+        },
+        Links::Many(items) => {
+            let item = items.remove(at);
+            if items.is_empty() {
+                map.remove(&id);
+            }
+            Some(item)
+        }
+    }
+}
+
 /// The custody books of one node. See the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Custody<N, C> {
     /// Hand-overs not yet settled, per activity, oldest first.
-    exports: FxHashMap<ActivityId, Vec<Export<N, C>>>,
+    exports: FxHashMap<ActivityId, Links<Export<N, C>>>,
     /// Who handed each activity here, latest hand-over last.
-    imports: FxHashMap<ActivityId, Vec<N>>,
+    imports: FxHashMap<ActivityId, Links<N>>,
 }
 
 impl<N, C> Default for Custody<N, C> {
@@ -60,22 +116,21 @@ impl<N: Copy + Eq, C> Custody<N, C> {
 
     /// Records that `id` was handed to `thief`, keeping `copy`.
     pub fn exported(&mut self, id: ActivityId, thief: N, copy: C) {
-        self.exports
-            .entry(id)
-            .or_default()
-            .push(Export { thief, copy });
+        let export = Export { thief, copy };
+        match self.exports.entry(id) {
+            Entry::Occupied(mut links) => links.get_mut().push(export),
+            Entry::Vacant(slot) => {
+                slot.insert(Links::One(export));
+            }
+        }
     }
 
     /// Settles the hand-over of `id` to `thief`, returning what was kept,
     /// or `None` if there is no such hand-over (a late or repeated notice).
     pub fn take_export(&mut self, id: ActivityId, thief: N) -> Option<Export<N, C>> {
-        let links = self.exports.get_mut(&id)?;
-        let position = links.iter().position(|export| export.thief == thief)?;
-        let export = links.remove(position);
-        if links.is_empty() {
-            self.exports.remove(&id);
-        }
-        Some(export)
+        take_link(&mut self.exports, id, |links| {
+            links.iter().position(|export| export.thief == thief)
+        })
     }
 
     /// Whether some hand-over of `id` is not settled yet.
@@ -103,19 +158,21 @@ impl<N: Copy + Eq, C> Custody<N, C> {
 
     /// Records that `exporter` handed `id` here; it waits to hear of its end.
     pub fn imported(&mut self, id: ActivityId, exporter: N) {
-        self.imports.entry(id).or_default().push(exporter);
+        match self.imports.entry(id) {
+            Entry::Occupied(mut links) => links.get_mut().push(exporter),
+            Entry::Vacant(slot) => {
+                slot.insert(Links::One(exporter));
+            }
+        }
     }
 
     /// The node that handed `id` here last, forgotten now: the one to tell
     /// that it finished or was given up. `None` if it did not come from
     /// another node.
     pub fn pop_import(&mut self, id: ActivityId) -> Option<N> {
-        let links = self.imports.get_mut(&id)?;
-        let exporter = links.pop();
-        if links.is_empty() {
-            self.imports.remove(&id);
-        }
-        exporter
+        take_link(&mut self.imports, id, |links| {
+            links.iter().len().checked_sub(1)
+        })
     }
 
     /// How many activities that came from other nodes are still here.

@@ -21,6 +21,7 @@ use rand::SeedableRng;
 use tokio::sync::mpsc;
 
 use super::codec::{FrameCodec, PROTOCOL};
+use super::custody::{self, Custody};
 use super::message::{
     Member, MemberStatus, Notice, RelabelRequest, Request, Response, StealRequest, WireActivity,
     WireEvent,
@@ -196,9 +197,9 @@ struct MemberState {
     leaving: bool,
 }
 
-/// An activity this node handed to another, kept until it finishes there.
-struct Export {
-    thief: NodeId,
+/// What this node keeps of an activity it handed to another, until it
+/// finishes there ([`Custody`] holds it, per hand-over).
+struct Kept {
     copy: WireActivity,
     /// Where pointers to it are kept on this node, as `Pool::export` said.
     trail: Vec<Place>,
@@ -219,13 +220,10 @@ struct Driver {
     node: NodeId,
     members: HashMap<NodeId, MemberState>,
     by_peer: HashMap<PeerId, NodeId>,
-    /// Copies of activities handed to other nodes. One activity can be
-    /// handed out more than once when it comes back (A → B → A → C): each
-    /// hand-over is a link of its chain of custody, settled on its own.
-    exports: HashMap<ActivityId, Vec<Export>>,
-    /// Whom to tell when an activity taken in finishes, latest hand-over
-    /// last: news of its end runs back along the chain of custody.
-    imports: HashMap<ActivityId, Vec<NodeId>>,
+    /// Copies of activities handed to other nodes, and whom to tell when
+    /// an activity taken in finishes: the chain of custody (shared with
+    /// the simulator, see [`Custody`]).
+    custody: Custody<NodeId, Kept>,
     /// Attempts of activities here that were handed out before.
     attempts: HashMap<ActivityId, u32>,
     /// Where activities that left this node, or that originated here, are now.
@@ -340,8 +338,7 @@ impl Driver {
             node,
             members: HashMap::new(),
             by_peer: HashMap::new(),
-            exports: HashMap::new(),
-            imports: HashMap::new(),
+            custody: Custody::new(),
             attempts: HashMap::new(),
             location: HashMap::new(),
             early: HashMap::new(),
@@ -627,11 +624,7 @@ impl Driver {
         } else {
             tracing::info!(%node, "member left");
         }
-        let orphans: Vec<ActivityId> = (self.exports.iter())
-            .filter(|(_, links)| links.iter().any(|export| export.thief == node))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in orphans {
+        for id in self.custody.held_by(node) {
             while let Some(export) = self.take_export(id, node) {
                 self.requeue(id, export);
             }
@@ -685,8 +678,8 @@ impl Driver {
                 queued = counts.queued,
                 running = counts.running,
                 live = counts.live,
-                exported = self.exports.len(),
-                imported = self.imports.len(),
+                exported = self.custody.exported_count(),
+                imported = self.custody.imported_count(),
                 early = self.early.len(),
                 members = self.members.len(),
                 "node state"
@@ -1082,12 +1075,15 @@ impl Driver {
                 attempt,
                 pending,
             };
-            self.exports.entry(id).or_default().push(Export {
+            self.custody.exported(
+                id,
                 thief,
-                copy: copy.clone(),
-                trail: activity.trail,
-                restartable: activity.body.restartable(),
-            });
+                Kept {
+                    copy: copy.clone(),
+                    trail: activity.trail,
+                    restartable: activity.body.restartable(),
+                },
+            );
             self.location.insert(id, thief);
             loot.push(copy);
         }
@@ -1124,7 +1120,7 @@ impl Driver {
         if wire.attempt > 0 {
             self.attempts.insert(id, wire.attempt);
         }
-        self.imports.entry(id).or_default().push(exporter);
+        self.custody.imported(id, exporter);
         if let Err(error) = self.pool.import(stolen) {
             tracing::error!(%id, %error, "could not take in a stolen activity");
             self.pop_import(id);
@@ -1155,7 +1151,7 @@ impl Driver {
             }
             Notice::Finished(id) => {
                 if let Some(export) = self.take_export(id, from) {
-                    if !self.exports.contains_key(&id) {
+                    if !self.custody.is_exported(id) {
                         self.location.remove(&id);
                         self.attempts.remove(&id);
                     }
@@ -1205,7 +1201,7 @@ impl Driver {
 
     /// Queues an exported activity here again, as it was when it left;
     /// `stealable: false` keeps it on this node from now on.
-    fn take_back(&mut self, id: ActivityId, export: Export, stealable: bool) {
+    fn take_back(&mut self, id: ActivityId, export: Kept, stealable: bool) {
         self.location.remove(&id);
         match unpack(&export.copy, stealable) {
             Ok(stolen) => {
@@ -1222,7 +1218,7 @@ impl Driver {
 
     /// The local pool forgets an exported activity: pointers and its count.
     /// Who upstream hears about it is the caller's decision.
-    fn settle_export(&mut self, id: ActivityId, export: &Export) {
+    fn settle_export(&mut self, id: ActivityId, export: &Kept) {
         let trail: Vec<Place> = (export.trail.iter())
             .copied()
             .filter(|&place| place != OFF_NODE)
@@ -1231,24 +1227,15 @@ impl Driver {
     }
 
     /// The link of `id`'s chain of custody that handed it to `thief`.
-    fn take_export(&mut self, id: ActivityId, thief: NodeId) -> Option<Export> {
-        let links = self.exports.get_mut(&id)?;
-        let position = links.iter().position(|export| export.thief == thief)?;
-        let export = links.remove(position);
-        if links.is_empty() {
-            self.exports.remove(&id);
-        }
-        Some(export)
+    fn take_export(&mut self, id: ActivityId, thief: NodeId) -> Option<Kept> {
+        self.custody
+            .take_export(id, thief)
+            .map(|export| export.copy)
     }
 
     /// The node that handed `id` here last, which waits to hear of its end.
     fn pop_import(&mut self, id: ActivityId) -> Option<NodeId> {
-        let links = self.imports.get_mut(&id)?;
-        let exporter = links.pop();
-        if links.is_empty() {
-            self.imports.remove(&id);
-        }
-        exporter
+        self.custody.pop_import(id)
     }
 
     fn give_up_upstream(&mut self, id: ActivityId, reason: String) {
@@ -1274,24 +1261,20 @@ impl Driver {
     }
 
     /// Queues an activity again whose thief died, or gives it up.
-    fn requeue(&mut self, id: ActivityId, export: Export) {
+    fn requeue(&mut self, id: ActivityId, export: Kept) {
         self.location.remove(&id);
-        let attempt = export.copy.attempt + 1;
-        let reason = if !export.restartable {
-            Some("the node running it died and it may not be restarted".to_string())
-        } else if attempt >= self.config.max_attempts {
-            Some(format!(
-                "the nodes running it died {attempt} times (the limit is {})",
-                self.config.max_attempts
-            ))
-        } else {
-            None
+        let attempt = match custody::retry(
+            export.copy.attempt,
+            export.restartable,
+            self.config.max_attempts,
+        ) {
+            Ok(attempt) => attempt,
+            Err(give_up) => {
+                self.settle_export(id, &export);
+                self.give_up_upstream(id, give_up.to_string());
+                return;
+            }
         };
-        if let Some(reason) = reason {
-            self.settle_export(id, &export);
-            self.give_up_upstream(id, reason);
-            return;
-        }
         let stolen = match unpack(&export.copy, true) {
             Ok(stolen) => stolen,
             Err(error) => {

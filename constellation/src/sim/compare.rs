@@ -5,7 +5,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::model::{Link, Model, NodeSpec, Site};
+use super::model::{Link, Model, NodeSpec, Site, WideSteal};
+use super::report::SimReport;
 use super::workload::{ActivitySpec, Kind, Workload};
 use super::{simulate, SimError};
 use crate::context::{ContextList, ExecutorContext};
@@ -30,6 +31,9 @@ pub struct ComparisonSetup {
     pub wide_area: Link,
     /// The most activities one steal reply carries.
     pub max_steal: usize,
+    /// How much a hierarchical steal from another site asks for.
+    #[serde(default)]
+    pub wide_steal: WideSteal,
     /// Seed for the durations and the runs.
     pub seed: u64,
 }
@@ -48,6 +52,7 @@ impl ComparisonSetup {
             within: Link::cluster(),
             wide_area: Link::wide_area(),
             max_steal: 256,
+            wide_steal: WideSteal::IdleExecutors,
             seed: 1,
         }
     }
@@ -79,6 +84,7 @@ impl ComparisonSetup {
             .with_seed(self.seed);
         model.wide_area = self.wide_area;
         model.max_steal = self.max_steal;
+        model.wide_steal = self.wide_steal;
         model
     }
 
@@ -100,6 +106,9 @@ impl ComparisonSetup {
 /// One strategy's figures on one setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonRow {
+    /// What the table calls the row: the strategy's name unless a caller
+    /// says otherwise (for a what-if run).
+    pub label: String,
     /// The strategy.
     pub strategy: Strategy,
     /// Executors in all.
@@ -129,6 +138,33 @@ pub struct ComparisonRow {
 }
 
 impl ComparisonRow {
+    /// The row for a run of `setup`'s workload on `model`.
+    pub fn from_report(setup: &ComparisonSetup, model: &Model, report: &SimReport) -> Self {
+        let executors = model.executor_count();
+        let ideal = report.work / executors.max(1) as f64;
+        let activities = report.completed.max(1) as f64;
+        ComparisonRow {
+            label: report.strategy.to_string(),
+            strategy: report.strategy,
+            executors,
+            nodes: model.nodes.len(),
+            sites: model.sites.len(),
+            activities: setup.activities,
+            makespan: report.makespan,
+            ideal,
+            efficiency: if report.makespan > 0.0 {
+                ideal / report.makespan
+            } else {
+                0.0
+            },
+            steals_per_activity: report.messages.steal_requests as f64 / activities,
+            master_load: report.master_load,
+            busiest_victim: report.busiest_victim,
+            wide_area_per_activity: report.messages.wide_area as f64 / activities,
+            events: report.events,
+        }
+    }
+
     /// The rows as a plain-text table with a header line.
     pub fn table(rows: &[ComparisonRow]) -> String {
         let mut out = format!(
@@ -149,7 +185,7 @@ impl ComparisonRow {
         for row in rows {
             out.push_str(&format!(
                 "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.4}\n",
-                row.strategy.to_string(),
+                row.label,
                 row.executors,
                 row.nodes,
                 row.sites,
@@ -179,28 +215,7 @@ pub fn compare_strategies(setup: &ComparisonSetup) -> Result<Vec<ComparisonRow>,
     ] {
         let model = setup.model(strategy);
         let report = simulate(&model, &workload)?;
-        let executors = model.executor_count();
-        let ideal = report.work / executors.max(1) as f64;
-        let activities = report.completed.max(1) as f64;
-        rows.push(ComparisonRow {
-            strategy,
-            executors,
-            nodes: model.nodes.len(),
-            sites: model.sites.len(),
-            activities: workload.roots.len(),
-            makespan: report.makespan,
-            ideal,
-            efficiency: if report.makespan > 0.0 {
-                ideal / report.makespan
-            } else {
-                0.0
-            },
-            steals_per_activity: report.messages.steal_requests as f64 / activities,
-            master_load: report.master_load,
-            busiest_victim: report.busiest_victim,
-            wide_area_per_activity: report.messages.wide_area as f64 / activities,
-            events: report.events,
-        });
+        rows.push(ComparisonRow::from_report(setup, &model, &report));
     }
     Ok(rows)
 }

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 
-use super::model::{nanos, Link, Model};
+use super::model::{nanos, Link, Model, WideSteal};
 use super::report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };
@@ -187,30 +187,6 @@ enum Ev {
     StealRetry { node: u32, group: u32 },
     Msg { to: u32, from: u32, msg: Msg },
     EarlyExpire { node: u32, id: ActivityId },
-    Watchdog,
-}
-
-struct Scheduled {
-    at: Time,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
 }
 
 /// A link with its latency in nanoseconds.
@@ -231,7 +207,8 @@ impl From<Link> for LinkNs {
     }
 }
 
-/// `bytes` at `rate` bytes per second, in nanoseconds.
+/// `bytes` at `rate` bytes per second, in nanoseconds (saturating: a
+/// transfer too long to count never ends).
 fn at_rate(bytes: u64, rate: f64) -> Time {
     (bytes as f64 / rate * 1e9).round() as Time
 }
@@ -363,7 +340,11 @@ pub(super) struct Engine<'a> {
     workload: &'a Workload,
     now: Time,
     seq: u64,
-    heap: BinaryHeap<Reverse<Scheduled>>,
+    /// Pending events by (time, order scheduled, slot in `slab`): small
+    /// keys, so the heap moves 24 bytes per step, not whole events.
+    heap: BinaryHeap<Reverse<(Time, u64, u32)>>,
+    slab: Vec<Option<Ev>>,
+    free: Vec<u32>,
     nodes: Vec<SimNode>,
     /// Distinct executor contexts, so that a steal request names one by index.
     contexts: Vec<ExecutorContext>,
@@ -492,6 +473,8 @@ impl<'a> Engine<'a> {
             now: 0,
             seq: 0,
             heap: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
             nodes,
             contexts,
             sites,
@@ -533,13 +516,37 @@ impl<'a> Engine<'a> {
                 self.lifecycle_pending += 1;
             }
         }
-        self.schedule(nanos(self.model.stall_timeout), Ev::Watchdog);
-        while let Some(Reverse(next)) = self.heap.pop() {
-            self.now = next.at;
+        let stall = nanos(self.model.stall_timeout);
+        let horizon = nanos(self.model.horizon);
+        while let Some(Reverse((at, _, slot))) = self.heap.pop() {
+            if at > horizon {
+                return Err(SimError::Horizon {
+                    horizon: self.model.horizon,
+                    unfinished: self.roots_left,
+                    roots: self.workload.roots.len(),
+                });
+            }
+            self.now = at;
             self.events += 1;
-            self.handle(next.ev)?;
+            let ev = self.slab[slot as usize]
+                .take()
+                .expect("a scheduled slot is full");
+            self.free.push(slot);
+            self.handle(ev)?;
             if self.roots_submitted && self.roots_left == 0 {
                 return Ok(self.report());
+            }
+            // Checked on every event rather than by a periodic timer: idle
+            // executors keep asking for work while the pool is stuck, and a
+            // timer would tick forever beside a call that runs for years.
+            if self.running == 0
+                && self.lifecycle_pending == 0
+                && self.now - self.last_progress >= stall
+            {
+                return Err(self.stalled(&format!(
+                    "no call started or ended for {} s and nothing runs",
+                    self.model.stall_timeout
+                )));
             }
         }
         Err(self.stalled("nothing is left to happen"))
@@ -547,11 +554,17 @@ impl<'a> Engine<'a> {
 
     fn schedule(&mut self, at: Time, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse(Scheduled {
-            at,
-            seq: self.seq,
-            ev,
-        }));
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slab[slot as usize] = Some(ev);
+                slot
+            }
+            None => {
+                self.slab.push(Some(ev));
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 pending events")
+            }
+        };
+        self.heap.push(Reverse((at, self.seq, slot)));
     }
 
     fn instant(&self) -> Instant {
@@ -577,25 +590,11 @@ impl<'a> Engine<'a> {
                 let wait = nanos(self.model.early_event_wait);
                 let state = &mut self.nodes[node as usize];
                 if let Some((since, _)) = state.early.get(&id) {
-                    if since + wait <= self.now {
+                    if since.saturating_add(wait) <= self.now {
                         let (_, events) = state.early.remove(&id).expect("looked up above");
                         self.undeliverable += events.len() as u64;
                     }
                 }
-            }
-            Ev::Watchdog => {
-                let stall = nanos(self.model.stall_timeout);
-                if self.roots_left > 0
-                    && self.running == 0
-                    && self.lifecycle_pending == 0
-                    && self.now - self.last_progress >= stall
-                {
-                    return Err(self.stalled(&format!(
-                        "no call started or ended for {} s and nothing runs",
-                        self.model.stall_timeout
-                    )));
-                }
-                self.schedule(self.now + stall, Ev::Watchdog);
             }
         }
         Ok(())
@@ -678,7 +677,7 @@ impl<'a> Engine<'a> {
         state.core = Scheduler::new(state.id, Vec::new());
         state.custody = Custody::new();
         state.early.clear();
-        let detect = self.now + nanos(self.model.failure_timeout);
+        let detect = self.now.saturating_add(nanos(self.model.failure_timeout));
         self.schedule(detect, Ev::Detect(node));
         self.lifecycle_pending += 1;
     }
@@ -725,28 +724,49 @@ impl<'a> Engine<'a> {
     /// Queues an exported activity here again, as it was when it left.
     fn take_back(&mut self, node: u32, id: ActivityId, copy: Copy) {
         let state = &mut self.nodes[node as usize];
-        let executor = (state.local.executors_for(&copy.contexts))
-            .find(|&e| state.executors[e].idle)
-            .or_else(|| state.local.executors_for(&copy.contexts).next())
-            .unwrap_or(0);
-        let stolen = Stolen {
-            id,
-            body: Body {
-                spec: copy.spec,
-                attempt: copy.attempt,
-                parent: copy.parent,
-                children: None,
-            },
-            contexts: copy.contexts,
-            stealable: true,
-            pending: (copy.pending.iter())
-                .map(|&source| Event::new(source, id, ()))
-                .collect::<VecDeque<_>>(),
-            trail: Vec::new(),
+        let body = Body {
+            spec: copy.spec,
+            attempt: copy.attempt,
+            parent: copy.parent,
+            children: None,
         };
-        // A duplicate means the activity is here already: nothing to do.
-        if state.executors.is_empty() || state.core.accept(executor, stolen).is_err() {
-            return;
+        let pending = copy
+            .pending
+            .iter()
+            .map(|&source| Event::new(source, id, ()));
+        if state.executors.is_empty() {
+            // A node without executors (a pure master) has no executor
+            // queue to take it into: it waits in the shared queue, as the
+            // roots do, until someone steals it. A duplicate id means it
+            // is here already.
+            let submission = Submission {
+                id,
+                body,
+                contexts: copy.contexts,
+                stealable: true,
+            };
+            if state.core.submit(Origin::Outside, submission).is_ok() {
+                state.core.forget_forward(id);
+                for event in pending {
+                    // Queued here just now, so it takes the event.
+                    let _ = state.core.deliver(event);
+                }
+            }
+        } else {
+            let executor = (state.local.executors_for(&copy.contexts))
+                .find(|&e| state.executors[e].idle)
+                .or_else(|| state.local.executors_for(&copy.contexts).next())
+                .unwrap_or(0);
+            let stolen = Stolen {
+                id,
+                body,
+                contexts: copy.contexts,
+                stealable: true,
+                pending: pending.collect::<VecDeque<_>>(),
+                trail: Vec::new(),
+            };
+            // A duplicate means the activity is here already: nothing to do.
+            let _ = state.core.accept(executor, stolen);
         }
         self.drain(node);
     }
@@ -823,7 +843,7 @@ impl<'a> Engine<'a> {
                     busy: 0,
                 };
                 (self.nodes[node as usize].started).insert(work.ticket.id(), started);
-                (transfer + nanos(seconds), None)
+                (transfer.saturating_add(nanos(seconds)), None)
             }
             Call::Process(event) => (self.event_ns[spec.kind as usize], Some(event.source)),
         };
@@ -842,7 +862,10 @@ impl<'a> Engine<'a> {
         });
         self.running += 1;
         self.last_progress = now;
-        self.schedule(now + duration, Ev::CallDone { node, executor });
+        self.schedule(
+            now.saturating_add(duration),
+            Ev::CallDone { node, executor },
+        );
     }
 
     fn call_done(&mut self, node: u32, executor: u32) -> Result<(), SimError> {
@@ -1011,7 +1034,8 @@ impl<'a> Engine<'a> {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                link.latency + rate.map_or(0, |rate| at_rate(spec.bytes, rate))
+                link.latency
+                    .saturating_add(rate.map_or(0, |rate| at_rate(spec.bytes, rate)))
             };
             (spec.replicas.iter().copied())
                 .min_by_key(|&site| (estimate(site), site))
@@ -1026,7 +1050,7 @@ impl<'a> Engine<'a> {
             self.messages.wide_area_bytes += spec.bytes;
         }
         if self.model.cache_inputs {
-            self.cache.insert(key, self.now + duration);
+            self.cache.insert(key, self.now.saturating_add(duration));
         }
         duration
     }
@@ -1042,12 +1066,12 @@ impl<'a> Engine<'a> {
                 // Both directions share one budget: the link is symmetric.
                 let shared = from.min(to) * self.sites + from.max(to);
                 let start = self.link_busy[shared].max(self.now);
-                self.link_busy[shared] = start + at_rate(bytes, rate);
+                self.link_busy[shared] = start.saturating_add(at_rate(bytes, rate));
                 self.link_busy[shared] - self.now
             }
             None => 0,
         };
-        link.latency + capped.max(queued)
+        link.latency.saturating_add(capped.max(queued))
     }
 
     // ----- messages -------------------------------------------------------
@@ -1063,8 +1087,9 @@ impl<'a> Engine<'a> {
         }
         let link = self.links[a * self.sites + b];
         let bytes = self.model.message_bytes + payload;
-        let delay = link.latency + link.bandwidth.map_or(0, |rate| at_rate(bytes, rate));
-        self.schedule(self.now + delay, Ev::Msg { to, from, msg });
+        let delay =
+            (link.latency).saturating_add(link.bandwidth.map_or(0, |rate| at_rate(bytes, rate)));
+        self.schedule(self.now.saturating_add(delay), Ev::Msg { to, from, msg });
     }
 
     fn send_event(&mut self, from: u32, to: u32, event: Event) {
@@ -1138,7 +1163,7 @@ impl<'a> Engine<'a> {
                         .or_insert_with(|| (now, Vec::new()));
                     entry.1.push(event);
                     if entry.1.len() == 1 {
-                        let at = now + nanos(self.model.early_event_wait);
+                        let at = now.saturating_add(nanos(self.model.early_event_wait));
                         self.schedule(at, Ev::EarlyExpire { node, id: target });
                     }
                 } else {
@@ -1196,9 +1221,11 @@ impl<'a> Engine<'a> {
                 continue;
             };
             // Across sites, take only what the idle executors can start
-            // now (the net driver's rule).
-            let max = match strategy {
-                Strategy::Hierarchical if !victim.same_site => group.idle as usize,
+            // now (the net driver's rule, unless the model says otherwise).
+            let max = match (strategy, self.model.wide_steal) {
+                (Strategy::Hierarchical, WideSteal::IdleExecutors) if !victim.same_site => {
+                    group.idle as usize
+                }
                 _ => self.model.max_steal,
             };
             group.victim = Some(victim);

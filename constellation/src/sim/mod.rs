@@ -58,7 +58,7 @@ mod report;
 mod workload;
 
 pub use compare::{compare_strategies, ComparisonRow, ComparisonSetup};
-pub use model::{ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink};
+pub use model::{ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink, WideSteal};
 pub use report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };
@@ -78,6 +78,16 @@ pub enum SimError {
     /// An activity asks for contexts that no executor of the pool offers.
     #[error("the workload cannot run on this pool: {0}")]
     Unrunnable(#[from] SubmitError),
+    /// Roots remain unfinished at [`Model::horizon`].
+    #[error("the simulation passed its horizon of {horizon} virtual seconds with {unfinished} of {roots} roots unfinished")]
+    Horizon {
+        /// The horizon, in seconds.
+        horizon: f64,
+        /// Roots not finished.
+        unfinished: usize,
+        /// Roots in all.
+        roots: usize,
+    },
     /// Roots remain unfinished and nothing more can happen.
     #[error("the simulation stalled at {at:.3} s with {unfinished} of {roots} roots unfinished: {reason}")]
     Stalled {

@@ -204,6 +204,19 @@ impl NodeSpec {
     }
 }
 
+/// How many activities a hierarchical steal from another site asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WideSteal {
+    /// As many as the thief has idle executors for: work stays on its site
+    /// while that site has some (the net driver's rule).
+    #[default]
+    IdleExecutors,
+    /// Up to [`Model::max_steal`], as for a steal within the site: a what-if
+    /// for trying another rule before changing the net driver.
+    MaxSteal,
+}
+
 /// Everything about the simulated platform; the workload is separate
 /// ([`Workload`](super::Workload)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,6 +237,9 @@ pub struct Model {
     /// The most activities one steal reply carries (the net driver's
     /// `max_steal`).
     pub max_steal: usize,
+    /// How much a hierarchical steal from another site asks for.
+    #[serde(default)]
+    pub wide_steal: WideSteal,
     /// How many times an activity may be handed out before it is given up
     /// when the nodes running it die.
     pub max_attempts: u32,
@@ -234,6 +250,10 @@ pub struct Model {
     /// Seconds without any call starting or ending, with nothing running
     /// and no node still to join, after which the run is declared stalled.
     pub stall_timeout: f64,
+    /// Virtual seconds after which the run is given up: idle executors
+    /// keep asking for work every 50 ms at most, so a run whose calls last
+    /// for ages would cost the simulator ages too.
+    pub horizon: f64,
     /// Bytes of a steal request or a notice on the wire.
     pub message_bytes: u64,
     /// Whether a node keeps the input data it fetched, so that later
@@ -256,10 +276,12 @@ impl Model {
             strategy: Strategy::Random,
             master: 0,
             max_steal: 256,
+            wide_steal: WideSteal::IdleExecutors,
             max_attempts: 3,
             failure_timeout: 3.0,
             early_event_wait: 10.0,
             stall_timeout: 60.0,
+            horizon: 1e7,
             message_bytes: 128,
             cache_inputs: true,
             seed: 0,
@@ -366,6 +388,7 @@ impl Model {
         if self.stall_timeout == 0.0 {
             return bad("the stall timeout must be positive".into());
         }
+        non_negative(self.horizon, "the horizon")?;
         Ok(())
     }
 }

@@ -212,6 +212,83 @@ fn a_shared_link_queues_transfers_beyond_its_bandwidth() {
     assert!(completed(&report).iter().all(|r| r.start < 0.01));
 }
 
+/// The paper's first scenario in small: data unevenly spread over two
+/// sites, activities labelled with where their data is.
+fn located(fallback: bool) -> SimReport {
+    let sites = vec![Site::new("a"), Site::new("b")];
+    let executor = |site: &str| {
+        let mut contexts = vec![Context::new(site)];
+        if fallback {
+            contexts.push(Context::anywhere());
+        }
+        ExecutorSpec::new(ExecutorContext::new(contexts))
+    };
+    let nodes = vec![
+        NodeSpec::new("a0", 0, vec![executor("a"); 2]),
+        NodeSpec::new("a1", 0, vec![executor("a"); 2]),
+        NodeSpec::new("b0", 1, vec![executor("b"); 2]),
+        NodeSpec::new("b1", 1, vec![executor("b"); 2]),
+    ];
+    let mut model = Model::new(sites, nodes)
+        .with_strategy(Strategy::Hierarchical)
+        .with_seed(1);
+    model.wide_area = Link::latency(0.005).with_per_transfer(1e6);
+    let mut workload = Workload::new();
+    let kind = workload.add_kind(Kind::new("detect"));
+    for index in 0..100 {
+        // Four in five pairs are stored on site a only.
+        let (site, label) = if index % 5 == 0 { (1, "b") } else { (0, "a") };
+        let data = workload.add_data(Data {
+            bytes: 2_000_000,
+            replicas: vec![site],
+        });
+        let mut contexts = vec![Context::new(label)];
+        if fallback {
+            contexts.push(Context::anywhere());
+        }
+        workload.add_root(
+            ActivitySpec::new(kind, 10.0)
+                .with_input(data)
+                .with_contexts(ContextList::priority(contexts)),
+        );
+    }
+    simulate(&model, &workload).unwrap()
+}
+
+#[test]
+fn a_location_fallback_keeps_every_site_busy_at_the_cost_of_transfers() {
+    let strict = located(false);
+    let fallback = located(true);
+    assert_eq!(strict.completed, 100);
+    assert_eq!(fallback.completed, 100);
+    // Strictly by location, site b runs its 20 pairs and then idles while
+    // site a works through 80 on 4 executors: 200 s.
+    assert_eq!(strict.messages.wide_area_transfers, 0);
+    assert!(strict.makespan >= 200.0, "{}", strict.makespan);
+    for record in completed(&strict) {
+        let label = &strict.context_lists[record.contexts as usize];
+        assert_eq!(label, &strict.sites[record.site as usize], "{record:?}");
+    }
+    // With the fallback, site b takes site a's pairs once its own are
+    // done, fetching each at 1 MB/s (2 s), and the run ends much sooner.
+    assert!(fallback.messages.wide_area_transfers > 0);
+    // (Fetches within a site take a couple of milliseconds on the cluster link.)
+    let fetched = completed(&fallback)
+        .into_iter()
+        .filter(|r| r.transfer > 1.0)
+        .collect::<Vec<_>>();
+    assert_eq!(fetched.len() as u64, fallback.messages.wide_area_transfers);
+    assert!(fetched
+        .iter()
+        .all(|r| r.site == 1 && (r.transfer - 2.005).abs() < 1e-9));
+    assert!(
+        fallback.makespan < 0.7 * strict.makespan,
+        "{} vs {}",
+        fallback.makespan,
+        strict.makespan
+    );
+}
+
 #[test]
 fn stealing_spreads_a_bag_over_all_nodes() {
     let model = pool(4, 2, 2, Strategy::Random).with_seed(3);
@@ -288,6 +365,30 @@ fn hierarchical_stealing_moves_less_work_between_sites_than_random() {
 }
 
 #[test]
+fn hierarchical_steals_across_sites_take_one_per_idle_executor_unless_told_otherwise() {
+    // All work starts on site 0; sites 1-7 get it only by wide steals.
+    let workload = Workload::bag(1600, 1.0, ContextList::anywhere());
+    let run = |wide_steal| {
+        let mut model = pool(16, 2, 8, Strategy::Hierarchical).with_seed(3);
+        model.wide_steal = wide_steal;
+        simulate(&model, &workload).unwrap()
+    };
+    let idle = run(WideSteal::IdleExecutors);
+    let batch = run(WideSteal::MaxSteal);
+    // A wide steal brings at most the thief's two idle executors' worth.
+    let wide_loot =
+        |r: &SimReport| r.messages.wide_area_moved as f64 / r.messages.wide_area_steals as f64;
+    assert!(wide_loot(&idle) <= 2.0, "{:?}", idle.messages);
+    assert!(wide_loot(&batch) > wide_loot(&idle), "{:?}", batch.messages);
+    assert!(
+        batch.makespan < idle.makespan,
+        "batch {} idle {}",
+        batch.makespan,
+        idle.makespan
+    );
+}
+
+#[test]
 fn a_node_dying_mid_run_loses_no_work() {
     // Master-worker: each activity is handed out once, by the master, so
     // each is completed exactly once even though a worker dies.
@@ -326,6 +427,25 @@ fn a_node_dying_mid_run_loses_no_work() {
     // The dead node's executors count until it died.
     let expected = 10.0 * report.makespan - 2.0 * (report.makespan - 20.0);
     assert!((report.capacity - expected).abs() < 1e-6);
+}
+
+#[test]
+fn a_master_without_executors_takes_back_the_work_of_a_dead_worker() {
+    let sites = vec![Site::new("vu")];
+    let nodes = vec![
+        NodeSpec::uniform("master", 0, 0, anywhere()),
+        NodeSpec::uniform("w1", 0, 2, anywhere()),
+        NodeSpec::uniform("w2", 0, 2, anywhere()).dying_at(3.5),
+    ];
+    let mut model = Model::new(sites, nodes).with_strategy(Strategy::MasterWorker);
+    model.max_steal = 4;
+    let report = simulate(&model, &Workload::bag(40, 1.0, ContextList::anywhere())).unwrap();
+    assert!(report.requeued > 0);
+    assert_eq!(report.completed, 40);
+    assert_eq!(report.duplicates, 0);
+    assert!(completed(&report)
+        .iter()
+        .all(|r| r.node == 1 || r.end <= 3.5));
 }
 
 #[test]
@@ -480,6 +600,50 @@ fn one_pair_runs_its_stages_strictly_one_after_the_other() {
     assert_eq!(report.makespan, 6.0);
 }
 
+#[test]
+fn a_pipeline_survives_nodes_dying_under_its_pairs() {
+    let mut restarts = 0;
+    for strategy in [
+        Strategy::MasterWorker,
+        Strategy::Random,
+        Strategy::Hierarchical,
+    ] {
+        let mut model = pool(6, 4, 2, strategy).with_seed(6);
+        model.max_steal = 2;
+        model.nodes[2].dies_at = Some(7.0);
+        model.nodes[4].dies_at = Some(11.0);
+        let workload = pipeline(24, 6);
+        let report = simulate(&model, &workload).unwrap();
+        assert_eq!(report.lost, 0, "{strategy}");
+        assert!(report.requeued > 0, "{strategy}");
+        let kind = report.kinds.iter().position(|k| k == "pair").unwrap() as u32;
+        let mut pairs: Vec<_> = completed(&report)
+            .into_iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.activity)
+            .collect();
+        pairs.sort();
+        pairs.dedup();
+        assert_eq!(pairs.len(), 24, "{strategy}: every pair finished");
+        // A restarted pair ran all its steps again, after its restart.
+        for restarted in completed(&report)
+            .iter()
+            .filter(|r| r.kind == kind && r.attempt > 1)
+        {
+            let steps = completed(&report)
+                .iter()
+                .filter(|r| r.node == restarted.node && r.kind != kind)
+                .filter(|r| r.start >= restarted.start && r.end <= restarted.end)
+                .count();
+            // The first step, six tiles and the last step.
+            let per_pair = 8;
+            assert!(steps >= per_pair, "{strategy}: {restarted:?}");
+            restarts += 1;
+        }
+    }
+    assert!(restarts > 0, "some pair was running on a node that died");
+}
+
 fn node_id(index: u32) -> crate::id::NodeId {
     crate::id::NodeId::from_u128(u128::from(index) + 1)
 }
@@ -521,6 +685,34 @@ fn bad_models_and_workloads_are_refused_with_reasons() {
         simulate(&model, &workload),
         Err(SimError::Workload(_))
     ));
+}
+
+#[test]
+fn absurd_but_valid_sizes_do_not_overflow_virtual_time() {
+    let mut model = pool(2, 1, 2, Strategy::Random);
+    model.nodes[1].executors[0].context = "far".parse().unwrap();
+    model.wide_area = Link::latency(0.0).with_per_transfer(1e-3);
+    let mut workload = Workload::new();
+    let kind = workload.add_kind(Kind::new("huge"));
+    let data = workload.add_data(Data {
+        bytes: u64::MAX,
+        replicas: vec![0],
+    });
+    workload.add_root(
+        ActivitySpec::new(kind, 1.0)
+            .with_input(data)
+            .with_contexts(ContextList::single(Context::new("far"))),
+    );
+    model.horizon = 1000.0;
+    // Not a panic on overflow, and not years of idle polling: an error.
+    assert_eq!(
+        simulate(&model, &workload),
+        Err(SimError::Horizon {
+            horizon: 1000.0,
+            unfinished: 1,
+            roots: 1
+        })
+    );
 }
 
 #[test]

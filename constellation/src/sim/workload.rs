@@ -108,7 +108,9 @@ pub enum Placement {
     Executor,
 }
 
-/// A template for activities. See the [module docs](self).
+/// A template for activities: each root, and each child an activity
+/// submits, is a new activity of its template with its own id; see
+/// [`ActivitySpec::stages`] for how parents wait for children.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActivitySpec {
     /// Its kind, an index into [`Workload::kinds`].
@@ -123,6 +125,11 @@ pub struct ActivitySpec {
     pub placement: Placement,
     /// Stages of children (indices into [`Workload::activities`]), run one
     /// after the other after its own work; it finishes after the last.
+    ///
+    /// After its own work the activity submits the first stage's children
+    /// through the core and suspends; each child sends it an event when
+    /// it finishes, and when all of a stage have reported it submits the
+    /// next stage. A suspended parent holds no executor.
     pub stages: Vec<Vec<u32>>,
 }
 

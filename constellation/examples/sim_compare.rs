@@ -1,0 +1,76 @@
+//! Master-worker, random and hierarchical stealing compared in the
+//! simulator at 100, 1,000 and 10,000 executors over 10 and 100 sites,
+//! 100 activities of 0.5-1.5 s per executor, all submitted at the master.
+//! Prints one table; `--executors`/`--sites` pick other sizes.
+//!
+//! ```text
+//! cargo run --release -p constellation --example sim_compare
+//! cargo run --release -p constellation --example sim_compare -- --executors 1000 --sites 10,100
+//! ```
+
+use std::time::Instant;
+
+use clap::Parser;
+use constellation::net::Strategy;
+use constellation::sim::{compare_strategies, simulate, ComparisonRow, ComparisonSetup, WideSteal};
+
+#[derive(Parser)]
+#[command(about = "Compare steal strategies in the simulator")]
+struct Args {
+    /// Pool sizes in executors, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1_000, 10_000])]
+    executors: Vec<usize>,
+    /// Site counts, comma separated; pools with fewer nodes than sites are skipped.
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 100])]
+    sites: Vec<usize>,
+    /// Activities per executor.
+    #[arg(long, default_value_t = 100)]
+    per_executor: usize,
+    /// Most activities per steal reply.
+    #[arg(long, default_value_t = 256)]
+    max_steal: usize,
+    /// Also run hierarchical stealing with cross-site steals of up to
+    /// --max-steal (instead of one per idle executor).
+    #[arg(long)]
+    what_if: bool,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut rows = Vec::new();
+    for &executors in &args.executors {
+        for &sites in &args.sites {
+            let mut setup = ComparisonSetup::new(executors, sites);
+            if executors.div_ceil(setup.executors_per_node) < sites {
+                eprintln!(
+                    "skipping {executors} executors over {sites} sites: fewer nodes than sites"
+                );
+                continue;
+            }
+            setup.activities = executors * args.per_executor;
+            setup.max_steal = args.max_steal;
+            setup.seed = args.seed;
+            let started = Instant::now();
+            let mut found = compare_strategies(&setup)?;
+            if args.what_if {
+                setup.wide_steal = WideSteal::MaxSteal;
+                let model = setup.model(Strategy::Hierarchical);
+                let report = simulate(&model, &setup.workload())?;
+                let mut row = ComparisonRow::from_report(&setup, &model, &report);
+                row.label = "hier-maxsteal".into();
+                found.push(row);
+            }
+            eprintln!(
+                "{executors} executors, {sites} sites: {:.1} s wall",
+                started.elapsed().as_secs_f64()
+            );
+            eprint!("{}", ComparisonRow::table(&found));
+            rows.extend(found);
+        }
+    }
+    print!("{}", ComparisonRow::table(&rows));
+    Ok(())
+}
