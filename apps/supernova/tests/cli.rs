@@ -219,7 +219,14 @@ fn eval_reproduces_scenario_2_and_the_emulation_agrees_with_the_simulator() {
 
     // Real processes on loopback, a few pairs, a fast clock.
     let out = supernova(
-        &["eval", "emulate", "--emulate-pairs", "24", "--emulate-scale", "0.002"],
+        &[
+            "eval",
+            "emulate",
+            "--emulate-pairs",
+            "24",
+            "--emulate-scale",
+            "0.002",
+        ],
         &dir,
     );
     let shown = text(&out);
