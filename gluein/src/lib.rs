@@ -11,6 +11,7 @@ pub mod glidein;
 pub mod poolfile;
 pub mod report;
 pub mod signals;
+pub mod table;
 
 /// Sends `tracing` output to stderr at the level `RUST_LOG` asks for,
 /// `warn` by default: what the command-line tools print besides their

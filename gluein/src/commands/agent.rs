@@ -11,7 +11,6 @@
 //!   taking work, lets what runs finish or die with it, and leaves; work it
 //!   took but did not finish runs again on other agents.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -34,17 +33,8 @@ Examples:
 The executors get the probed labels (cpu, cores=N, mem=G, host:NAME,
 site:NAME, gpu...) after yours, and `anywhere` last.")]
 pub struct AgentArgs {
-    /// The pool: a pool file from `constellation pool start`, or an address.
-    #[arg(
-        long,
-        env = "CONSTELLATION_POOL",
-        default_value = "constellation-pool.json",
-        value_name = "FILE|MULTIADDR"
-    )]
-    pool: String,
-    /// The pool key, if the pool file does not name it.
-    #[arg(long, value_name = "FILE")]
-    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    address: super::PoolAddress,
     /// Executors (each runs one activity at a time). Default: one per core.
     #[arg(long, short = 'n', env = "CONSTELLATION_EXECUTORS")]
     executors: Option<usize>,
@@ -83,7 +73,7 @@ enum Leaving {
 /// Joins the pool and serves until told or timed to leave.
 pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let joining = poolfile::joining(&args.pool, args.key_file.as_deref())?;
+    let joining = poolfile::joining(&args.address.pool, args.address.key_file.as_deref())?;
     let listen = match &args.listen {
         Some(text) => text.clone(),
         None => joining.default_listen().to_string(),
@@ -116,7 +106,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Pool::builder().executors_with(count, context.clone()),
     )?;
     node.wait_for_members(1, Duration::from_secs(30))
-        .with_context(|| format!("could not reach the pool {} within 30 s", args.pool))?;
+        .with_context(|| format!("could not reach the pool {} within 30 s", args.address.pool))?;
     signals::catch_stop_signals();
     eprintln!(
         "agent {} joined with {count} executor(s) [{context}]{}",

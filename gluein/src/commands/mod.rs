@@ -26,6 +26,22 @@ fn user_labels(option: Option<&str>) -> anyhow::Result<Vec<Context>> {
         .with_context(|| format!("--context {text:?}"))
 }
 
+/// Which pool to join, for the commands that join one as a member.
+#[derive(clap::Args)]
+pub struct PoolAddress {
+    /// The pool: a pool file from `constellation pool start`, or an address.
+    #[arg(
+        long,
+        env = "CONSTELLATION_POOL",
+        default_value = "constellation-pool.json",
+        value_name = "FILE|MULTIADDR"
+    )]
+    pub pool: String,
+    /// The pool key, if the pool file does not name it.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+}
+
 /// Label of the one executor of a node that only looks at the pool
 /// (`status`, `relabel`): nothing asks for it, so no work goes there.
 const OBSERVER_LABEL: &str = "constellation:observer";
@@ -33,14 +49,14 @@ const OBSERVER_LABEL: &str = "constellation:observer";
 /// Joins the pool `pool` as an observer described as `role`, and waits
 /// until it knows the members the pool node knows.
 fn observe(
-    pool: &str,
-    key_file: Option<&std::path::Path>,
+    address: &PoolAddress,
     role: &str,
     timeout: std::time::Duration,
 ) -> anyhow::Result<constellation::net::Node> {
     use constellation::net::{Node, NodeConfig};
     use std::time::{Duration, Instant};
-    let joining = gluein::poolfile::joining(pool, key_file)?;
+    let pool = &address.pool;
+    let joining = gluein::poolfile::joining(pool, address.key_file.as_deref())?;
     let config = NodeConfig {
         listen: joining.default_listen().parse().expect("a valid multiaddr"),
         bootstrap: joining.bootstrap,

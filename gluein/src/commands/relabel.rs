@@ -5,7 +5,6 @@
 //! labels. Every member hears of the change, so work for the new labels
 //! can be submitted and stolen at once.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,17 +29,8 @@ status` shows what each offers now). Their rank preference is kept.
 Queued work the new labels do not match stays for executors that do;
 activities already started finish where they are.")]
 pub struct RelabelArgs {
-    /// The pool: a pool file from `constellation pool start`, or an address.
-    #[arg(
-        long,
-        env = "CONSTELLATION_POOL",
-        default_value = "constellation-pool.json",
-        value_name = "FILE|MULTIADDR"
-    )]
-    pool: String,
-    /// The pool key, if the pool file does not name it.
-    #[arg(long, value_name = "FILE")]
-    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    address: super::PoolAddress,
     /// The agent: its MEMBER id from `constellation status` (any unique
     /// prefix), its full node id, or its libp2p peer id.
     #[arg(long, value_name = "ID")]
@@ -63,12 +53,7 @@ pub fn main(args: RelabelArgs) -> anyhow::Result<ExitCode> {
     if labels.is_empty() {
         bail!("--context names no labels; give at least one, e.g. --context gpu");
     }
-    let node = observe(
-        &args.pool,
-        args.key_file.as_deref(),
-        "relabel",
-        args.timeout,
-    )?;
+    let node = observe(&args.address, "relabel", args.timeout)?;
     let outcome = relabel(&node, &args, labels);
     node.leave();
     outcome

@@ -5,7 +5,6 @@
 //! network, prints the answers and leaves.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,17 +28,8 @@ lengths count never-started activities where they wait; one that names
 several labels counts under each. WALLTIME is the time an agent has left
 before its --walltime ends; it stops taking work before then.")]
 pub struct StatusArgs {
-    /// The pool: a pool file from `constellation pool start`, or an address.
-    #[arg(
-        long,
-        env = "CONSTELLATION_POOL",
-        default_value = "constellation-pool.json",
-        value_name = "FILE|MULTIADDR"
-    )]
-    pool: String,
-    /// The pool key, if the pool file does not name it.
-    #[arg(long, value_name = "FILE")]
-    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    address: super::PoolAddress,
     /// Print one JSON object instead of tables, for scripts.
     #[arg(long)]
     json: bool,
@@ -92,7 +82,7 @@ struct StatusJson {
 
 /// Asks every member and prints what they say.
 pub fn main(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let node = observe(&args.pool, args.key_file.as_deref(), "status", args.timeout)?;
+    let node = observe(&args.address, "status", args.timeout)?;
     let (mut answers, silent) = ask_everyone(&node, args.timeout);
     node.leave();
     // Observers (this command, `relabel`) are not what anyone asks about.
@@ -260,7 +250,7 @@ fn render(answers: &[MemberStatus], silent: &[(NodeId, String)]) -> String {
                 .to_string(),
             ]);
         }
-        out.push_str(&table(&rows));
+        out.push_str(&gluein::table::columns(&rows));
     }
     let labelled: Vec<String> = (answers.iter().zip(&executors))
         .flat_map(|(status, executors)| {
@@ -314,23 +304,6 @@ fn group_runs(executors: &[(usize, String, bool)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Columns padded to their widest cell, two spaces apart.
-fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.first().map(Vec::len).unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = (row.iter().zip(&widths))
-            .map(|(cell, &width)| format!("{cell:<width$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 /// `4s`, `12m05s`, `3h02m`, `2d04h`: two units at most, for a table.
 fn short_duration(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
@@ -377,14 +350,5 @@ mod tests {
                 ("#4".to_string(), "gpu".to_string()),
             ]
         );
-    }
-
-    #[test]
-    fn tables_pad_columns() {
-        let rows = vec![
-            vec!["A".to_string(), "LONG".to_string()],
-            vec!["wide".to_string(), "x".to_string()],
-        ];
-        assert_eq!(table(&rows), "A     LONG\nwide  x\n");
     }
 }

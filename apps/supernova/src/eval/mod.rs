@@ -401,24 +401,7 @@ fn row(cells: &[&str]) -> Vec<String> {
 
 /// Columns padded to their widest cell, two spaces apart.
 pub fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            (rows.iter())
-                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = (row.iter().zip(&widths))
-            .map(|(cell, &width)| format!("{cell:<width$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    gluein::table::columns(rows)
 }
 
 /// Scenario 1 at reduced scale on the real runtime (one process per site
