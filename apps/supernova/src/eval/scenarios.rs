@@ -143,10 +143,10 @@ fn add_many_task(
     let kinds: Vec<u32> = (Step::ALL.iter())
         .map(|step| workload.add_kind(Kind::new(step.name())))
         .collect();
-    let gpu_kind = workload.add_kind(Kind::new("compare-gpu"));
-    if let Compare::Gpu { speedup, .. } = compare {
-        workload.kinds[gpu_kind as usize] = Kind::new("compare-gpu").with_speedup("gpu", speedup);
-    }
+    let gpu_kind = workload.add_kind(match compare {
+        Compare::Gpu { speedup, .. } => Kind::new("compare-gpu").with_speedup("gpu", speedup),
+        Compare::Cpu => Kind::new("compare-gpu"),
+    });
     let root_kind = workload.add_kind(Kind::new("detect-nova"));
     let gpu = ContextList::single(Context::new("gpu"));
     for pair in pairs {

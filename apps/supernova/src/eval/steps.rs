@@ -20,6 +20,8 @@
 //!   mean size, where our own 7.2 is a few per cent.
 
 use crate::manifest::PairEntry;
+use crate::pipeline::StepKind;
+use crate::steps::Epoch;
 use crate::tiles::{self, TileParams};
 
 /// The measurements the model is fitted to, as the script wrote them.
@@ -68,34 +70,32 @@ impl Step {
         Step::Cleanup,
     ];
 
-    /// The name the run's step table prints (`2,3-detect`, ...).
-    pub fn table_name(self) -> &'static str {
+    /// The pipeline step this stands for; the one with epoch A or tile 0
+    /// where a step has several activities.
+    pub fn kind(self) -> StepKind {
         match self {
-            Step::Prepare => "1-prepare",
-            Step::Detect => "2,3-detect",
-            Step::Align => "4-align",
-            Step::Equalize => "5,6-equalize",
-            Step::Split => "7.1-split",
-            Step::Compare => "7.2-compare",
-            Step::Recombine => "7.3-recombine",
-            Step::Extract => "8-extract",
-            Step::Cleanup => "9-cleanup",
+            Step::Prepare => StepKind::Prepare,
+            Step::Detect => StepKind::Detect(Epoch::A),
+            Step::Align => StepKind::Align,
+            Step::Equalize => StepKind::Equalize(Epoch::A),
+            Step::Split => StepKind::Split,
+            Step::Compare => StepKind::Compare(0),
+            Step::Recombine => StepKind::Recombine,
+            Step::Extract => StepKind::Extract,
+            Step::Cleanup => StepKind::Cleanup,
         }
     }
 
-    /// A short name, for activity kinds.
+    /// The name the run's step table prints (`2,3-detect`, ...).
+    pub fn table_name(self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// A short name, for activity kinds: the table name without its
+    /// step numbers (`detect`).
     pub fn name(self) -> &'static str {
-        match self {
-            Step::Prepare => "prepare",
-            Step::Detect => "detect",
-            Step::Align => "align",
-            Step::Equalize => "equalize",
-            Step::Split => "split",
-            Step::Compare => "compare",
-            Step::Recombine => "recombine",
-            Step::Extract => "extract",
-            Step::Cleanup => "cleanup",
-        }
+        let table = self.table_name();
+        table.split_once('-').map_or(table, |(_, name)| name)
     }
 
     fn index(self) -> usize {
