@@ -168,17 +168,33 @@ fn a_relabelled_member_takes_the_new_labels_work_and_not_the_old() {
         // The idle worker asks for work a few times a second; give it time
         // to take cpu work if it (wrongly) would.
         std::thread::sleep(Duration::from_millis(800));
+        assert!(
+            reports.iter().all(|r| r.0 <= 3),
+            "no cpu item ran: {reports:?}"
+        );
         let waiting = coordinator
             .status()
             .expect("the coordinator describes itself");
-        assert_eq!(
-            waiting.queued,
-            [("cpu".to_string(), 3)],
-            "the cpu items still wait"
-        );
         let status = coordinator
             .member_status(worker_id, WAIT)
             .expect("the worker answers");
+        // Mostly at the coordinator; one may sit in the worker's queue if a
+        // steal request it sent under its old labels (while its executor
+        // was handed the long item) was answered after the items arrived.
+        let cpu_queued = |queued: &[(String, u64)]| -> u64 {
+            queued
+                .iter()
+                .filter(|(l, _)| l == "cpu")
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert_eq!(
+            cpu_queued(&waiting.queued) + cpu_queued(&status.queued),
+            3,
+            "the cpu items still wait: coordinator {:?}, worker {:?}",
+            waiting.queued,
+            status.queued
+        );
         assert_eq!(status.role, "agent");
         assert_eq!(status.host, "worker-host");
         assert_eq!(status.busy, vec![false]);
