@@ -518,6 +518,11 @@ impl Shared {
                     mailbox.push_back(work);
                     debug_assert_eq!(mailbox.len(), 1, "an idle executor holds no other call");
                     drop(mailbox);
+                    // It has work now, though it has not woken yet: off the
+                    // idle list at once, or a network driver looking for
+                    // idle executors in between steals a second activity
+                    // for it, which then waits in its queue.
+                    self.claim_idle(shard);
                     handoff.parker.notify();
                 }
                 Action::Forward { event, to } => {
