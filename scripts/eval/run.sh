@@ -20,7 +20,7 @@ bin=target/release/supernova
 {
   "$bin" eval scenario1 scenario2 scenario3 --seeds "$seeds" --out "$out"
   "$bin" eval strategies failure
-  "$bin" eval emulate --emulate-pairs 80 --emulate-scale 0.01
+  "$bin" eval emulate --emulate-pairs 80 --emulate-scale 0.01 --emulate-runs 3
   echo "Simulator scale: 10,000 executors (1,250 nodes x 8, 100 sites), 1,000,000 activities"
   target/release/examples/sim_scale --runs 3
 } 2> >(tee "$out/progress.log" >&2) | tee "$out/tables.txt"

@@ -76,6 +76,9 @@ pub struct EvalArgs {
     /// Real seconds per modelled second in the emulated run.
     #[arg(long, default_value_t = 0.01)]
     emulate_scale: f64,
+    /// Emulated runs per configuration; the table shows their median.
+    #[arg(long, default_value_t = 1)]
+    emulate_runs: usize,
 }
 
 /// Arguments of `supernova eval-site`, one site's process of an emulated run.
@@ -139,8 +142,11 @@ pub fn main(args: EvalArgs) -> Result<ExitCode> {
     }
     if wants(What::Emulate) {
         anyhow::ensure!(
-            args.emulate_scale > 0.0 && args.emulate_pairs > 0,
-            "--emulate-scale and --emulate-pairs must be positive"
+            args.emulate_scale.is_finite()
+                && args.emulate_scale > 0.0
+                && args.emulate_pairs > 0
+                && args.emulate_runs > 0,
+            "--emulate-scale, --emulate-pairs and --emulate-runs must be positive"
         );
         let exe = std::env::current_exe()?;
         let table = eval::emulation(
@@ -149,6 +155,7 @@ pub fn main(args: EvalArgs) -> Result<ExitCode> {
             &base,
             args.emulate_pairs,
             args.emulate_scale,
+            args.emulate_runs,
         )?;
         println!("{table}");
     }

@@ -132,21 +132,33 @@ pub struct Throttle {
     site_misses: usize,
     backoff: Duration,
     not_before: Option<Instant>,
+    min_backoff: Duration,
+    max_backoff: Duration,
 }
 
 impl Default for Throttle {
     fn default() -> Self {
+        Throttle::with_backoff(MIN_BACKOFF, MAX_BACKOFF)
+    }
+}
+
+impl Throttle {
+    /// A throttle whose pauses run from `min` to `max` instead of
+    /// [`MIN_BACKOFF`] to [`MAX_BACKOFF`]: the simulator replaying an
+    /// emulated run at a scaled clock stretches them by the scale, because
+    /// the real runtime's pauses do not shrink with the emulated clock.
+    pub fn with_backoff(min: Duration, max: Duration) -> Self {
         Throttle {
             in_flight: false,
             misses: 0,
             site_misses: 0,
             backoff: Duration::ZERO,
             not_before: None,
+            min_backoff: min,
+            max_backoff: max.max(min),
         }
     }
-}
 
-impl Throttle {
     /// Whether a request may go out now.
     pub fn may_steal(&self, now: Instant) -> bool {
         !self.in_flight && self.not_before.is_none_or(|at| now >= at)
@@ -231,7 +243,7 @@ impl Throttle {
             // then start over with the own site.
             self.misses = 0;
             self.site_misses = 0;
-            self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+            self.backoff = (self.backoff * 2).clamp(self.min_backoff, self.max_backoff);
             self.not_before = Some(now + self.backoff);
         }
     }

@@ -422,7 +422,10 @@ impl<'a> Engine<'a> {
                             context,
                             members: Vec::new(),
                             idle: 0,
-                            throttle: Throttle::default(),
+                            throttle: Throttle::with_backoff(
+                                Duration::from_secs_f64(model.steal_backoff.0),
+                                Duration::from_secs_f64(model.steal_backoff.1),
+                            ),
                             victim: None,
                             retry: None,
                         });

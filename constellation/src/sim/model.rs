@@ -256,11 +256,22 @@ pub struct Model {
     pub horizon: f64,
     /// Bytes of a steal request or a notice on the wire.
     pub message_bytes: u64,
+    /// Seconds an idle executor group pauses after a full round of empty
+    /// steal replies, first and at most; it doubles in between. The net
+    /// driver's [`MIN_BACKOFF`](crate::net::steal::MIN_BACKOFF) and
+    /// [`MAX_BACKOFF`](crate::net::steal::MAX_BACKOFF) by default.
+    #[serde(default = "default_backoff")]
+    pub steal_backoff: (f64, f64),
     /// Whether a node keeps the input data it fetched, so that later
     /// activities there that need it do not fetch it again.
     pub cache_inputs: bool,
     /// The seed of every random choice; the same seed gives the same run.
     pub seed: u64,
+}
+
+fn default_backoff() -> (f64, f64) {
+    use crate::net::steal::{MAX_BACKOFF, MIN_BACKOFF};
+    (MIN_BACKOFF.as_secs_f64(), MAX_BACKOFF.as_secs_f64())
 }
 
 impl Model {
@@ -283,6 +294,7 @@ impl Model {
             stall_timeout: 60.0,
             horizon: 1e7,
             message_bytes: 128,
+            steal_backoff: default_backoff(),
             cache_inputs: true,
             seed: 0,
         }
@@ -389,6 +401,17 @@ impl Model {
             return bad("the stall timeout must be positive".into());
         }
         non_negative(self.horizon, "the horizon")?;
+        let (first, most) = self.steal_backoff;
+        non_negative(first, "the first steal backoff")?;
+        non_negative(most, "the longest steal backoff")?;
+        // A zero pause never grows, and idle executors would ask again
+        // and again at the same instant.
+        if first == 0.0 || most < first {
+            return bad(format!(
+                "the steal backoff must start above zero and not exceed its longest, \
+                 not {first} to {most} s"
+            ));
+        }
         Ok(())
     }
 }

@@ -342,6 +342,27 @@ fn under_master_worker_the_master_answers_every_steal_request() {
 }
 
 #[test]
+fn an_idle_executor_asks_less_often_under_a_longer_steal_backoff() {
+    // The worker's second executor finds nothing for the 10 s the first
+    // two items run; how often it asks in that time is the backoff's doing.
+    let empty_replies = |backoff: (f64, f64)| {
+        let mut model = pool(2, 1, 1, Strategy::MasterWorker);
+        model.nodes[1] = NodeSpec::uniform("worker", 0, 2, anywhere());
+        model.max_steal = 1;
+        model.steal_backoff = backoff;
+        let report = simulate(&model, &Workload::bag(2, 10.0, ContextList::anywhere())).unwrap();
+        assert_eq!(completed(&report).len(), 2);
+        report.messages.empty_replies
+    };
+    let net_driver = empty_replies((0.001, 0.05));
+    let stretched = empty_replies((0.5, 2.0));
+    // 1 + 2 + 4 + ... ms, then every 50 ms: about 200 in 10 s; from 0.5 s
+    // doubling to 2 s: about 6.
+    assert!((150..=260).contains(&net_driver), "{net_driver}");
+    assert!((3..=10).contains(&stretched), "{stretched}");
+}
+
+#[test]
 fn hierarchical_stealing_moves_less_work_between_sites_than_random() {
     let workload = Workload::bag(2000, 1.0, ContextList::anywhere());
     let run = |strategy| {
@@ -662,6 +683,11 @@ fn bad_models_and_workloads_are_refused_with_reasons() {
         simulate(&model, &Workload::new()),
         Err(SimError::Model(_))
     ));
+
+    let mut model = pool(1, 1, 1, Strategy::Random);
+    model.steal_backoff = (0.0, 0.05);
+    let error = simulate(&model, &Workload::new()).unwrap_err();
+    assert!(error.to_string().contains("steal backoff"), "{error}");
 
     let model = pool(1, 1, 1, Strategy::Random);
     let mut workload = Workload::new();

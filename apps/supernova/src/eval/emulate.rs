@@ -16,11 +16,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use constellation::collect::MultiEventCollector;
+use constellation::net::steal::{MAX_BACKOFF, MIN_BACKOFF};
 use constellation::net::{Multiaddr, Node, NodeConfig};
 use constellation::sim::{ExecutorSpec, Model, NodeSpec, Site, Workload};
 use constellation::{
     Activity, ActivityCx, ActivityId, Context, ContextList, Event, ExecutorContext, Step,
 };
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::scenarios::{self, STRATEGY};
@@ -239,12 +242,21 @@ pub fn emulate(
 }
 
 /// The same reduced platform in the simulator: one node per site with
-/// one executor per emulated node.
+/// one executor per emulated node, as it runs at clock `scale`.
+///
+/// The runtime's real-time pauses do not shrink with the emulated clock,
+/// so the model stretches them by `1 / scale`: an idle executor group's
+/// steal backoff, and the moment each other site's first request reaches
+/// the master. Those site processes wait out their longest backoff while
+/// the pairs are submitted, so their first request lands anywhere in it;
+/// `seed` draws where. Over several seeds the simulator thus gives the
+/// spread of orders in which the real run may hand out its first pairs.
 pub fn simulated(
     pairs: &[PairEntry],
     steps: &StepModel,
     placement: Placement,
     seed: u64,
+    scale: f64,
 ) -> (Model, Workload) {
     let manifest = Manifest {
         seed,
@@ -253,12 +265,18 @@ pub fn simulated(
     };
     let (_, workload) = scenarios::scenario1(&manifest, steps, placement, seed);
     let sites: Vec<Site> = SITES.iter().map(|s| Site::new(s.0)).collect();
+    let stretch = |pause: Duration| pause.as_secs_f64() / scale;
+    let mut first_request = ChaCha8Rng::seed_from_u64(seed);
     let nodes: Vec<NodeSpec> = (SITES.iter().enumerate())
         .map(|(index, (site, count, cores))| {
             let executors = (site_executors(placement, site, *count, *cores).into_iter())
                 .map(|c| ExecutorSpec::new(c).with_cores(*cores))
                 .collect();
-            NodeSpec::new(*site, index, executors)
+            let mut node = NodeSpec::new(*site, index, executors);
+            if *site != MASTER_SITE {
+                node.joins_at = first_request.gen_range(0.0..stretch(MAX_BACKOFF));
+            }
+            node
         })
         .collect();
     let mut model = Model::new(sites, nodes)
@@ -266,6 +284,7 @@ pub fn simulated(
         .with_strategy(STRATEGY);
     model.master = SITES.iter().position(|s| s.0 == MASTER_SITE).unwrap_or(0);
     model.max_steal = 1;
+    model.steal_backoff = (stretch(MIN_BACKOFF), stretch(MAX_BACKOFF));
     (model, workload)
 }
 
