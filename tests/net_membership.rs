@@ -27,11 +27,16 @@ fn node_count() -> usize {
         .unwrap_or(NODES)
 }
 
-/// Membership not complete after this long is a failure.
-const MEMBERSHIP_DEADLINE: Duration = Duration::from_secs(30);
+/// Membership not complete after this long is a failure: it has stopped
+/// converging. On 2 cores in a debug build 50 idle nodes, every one
+/// stealing from the others all the while, took 7-17 s here, and 9-25 s
+/// with two other processes spinning; a node too starved to finish its
+/// handshakes in time is declared dead by the others meanwhile and has to
+/// be learnt again.
+const MEMBERSHIP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The whole test, shutdown included, must end within this.
-const TEST_LIMIT: Duration = Duration::from_secs(60);
+const TEST_LIMIT: Duration = Duration::from_secs(100);
 
 /// How often membership is looked at.
 const POLL: Duration = Duration::from_millis(2);
