@@ -24,12 +24,14 @@
 #                   of the sequential reference, the monolithic version (2 executors x 1 thread,
 #                   and 1 executor x 2 threads) and the many-task version (2 executors), with the
 #                   many-task speedup over the sequential reference
+#   sim_scale       the simulator on 10,000 executors (1,250 nodes x 8, 100 sites) and 1,000,000
+#                   activities, random stealing: wall seconds of the simulation itself
 # Criterion micro-benchmarks of the scheduler core: cargo bench -p constellation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains
-     net_steal net_event_rtt net_fib supernova)
+     net_steal net_event_rtt net_fib supernova sim_scale)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -84,10 +86,20 @@ supernova_bench() {
   rm -rf "$scratch"
 }
 
+# The example prints its figures and, last, one JSON line; only that goes
+# to stdout here.
+sim_scale_bench() {
+  cargo build --release --quiet -p constellation --example sim_scale
+  target/release/examples/sim_scale --runs "${BENCH_RUNS:-5}" |
+    awk '/^\{/ {print; next} {print > "/dev/stderr"}'
+}
+
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do
   if [ "$name" = supernova ]; then
     supernova_bench
+  elif [ "$name" = sim_scale ]; then
+    sim_scale_bench
   else
     target/release/constellation-bench "$name"
   fi
