@@ -133,6 +133,10 @@ pub struct ComparisonRow {
     pub busiest_victim: u64,
     /// Messages between sites per activity.
     pub wide_area_per_activity: f64,
+    /// Activities handed from one site to another, per activity: work
+    /// that crossed the wide area, some of it more than once.
+    #[serde(default)]
+    pub wide_area_moved_per_activity: f64,
     /// Simulator events processed.
     pub events: u64,
 }
@@ -161,6 +165,7 @@ impl ComparisonRow {
             master_load: report.master_load,
             busiest_victim: report.busiest_victim,
             wide_area_per_activity: report.messages.wide_area as f64 / activities,
+            wide_area_moved_per_activity: report.messages.wide_area_moved as f64 / activities,
             events: report.events,
         }
     }
@@ -168,7 +173,7 @@ impl ComparisonRow {
     /// The rows as a plain-text table with a header line.
     pub fn table(rows: &[ComparisonRow]) -> String {
         let mut out = format!(
-            "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>6} {:>12} {:>11} {:>11} {:>11}\n",
+            "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>6} {:>12} {:>11} {:>11} {:>11} {:>12}\n",
             "strategy",
             "executors",
             "nodes",
@@ -180,11 +185,12 @@ impl ComparisonRow {
             "steals/act",
             "master_load",
             "busiest",
-            "wan_msg/act"
+            "wan_msg/act",
+            "wan_moved/act"
         );
         for row in rows {
             out.push_str(&format!(
-                "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.4}\n",
+                "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.4} {:>12.4}\n",
                 row.label,
                 row.executors,
                 row.nodes,
@@ -197,6 +203,7 @@ impl ComparisonRow {
                 row.master_load,
                 row.busiest_victim,
                 row.wide_area_per_activity,
+                row.wide_area_moved_per_activity,
             ));
         }
         out
