@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     agent_pids, alive, allocation_dir, allocation_ids, allocation_state, constellation, log, marks,
-    run, scratch, sleepers, start_pool, text, AgentsGuard,
+    run, run_on_pool, scratch, sleepers, start_pool, text, AgentsGuard,
 };
 
 /// Waits up to `limit` for `done`, panicking with `what` after that.
@@ -54,21 +54,7 @@ fn local_pilot_agents_run_a_bag_and_leave_when_cancelled() {
     assert_eq!(allocation_state(&dir, id)["state"]["kind"], "running");
 
     let graph = sleepers(&dir, 12, 0.2);
-    let ran = run(
-        &dir,
-        &[
-            "run",
-            graph.to_str().expect("UTF-8 path"),
-            "--pool",
-            "pool.json",
-            "--wait-agents",
-            "2",
-            "--wait-timeout",
-            "60s",
-            "--progress",
-            "none",
-        ],
-    );
+    let ran = run_on_pool(&dir, &graph, 2, &["--wait-timeout", "60s"]);
     let agent_logs = || {
         format!(
             "{}{}",

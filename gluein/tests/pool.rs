@@ -9,57 +9,18 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    log, marks, marks_done, run, scratch, sleepers, spawn, start_pool, text, wait_exit, BIN,
+    log, marks, marks_done, run, run_on_pool, scratch, sleepers, spawn_agent, start_pool, text,
+    wait_exit, BIN,
 };
 
 #[test]
 fn agents_run_a_graph_submitted_to_the_pool_and_leave_when_idle() {
     let dir = scratch("pool-graph");
     let mut pool = start_pool(&dir);
-    let mut alpha = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "2",
-            "--context",
-            "alpha",
-            "--idle-timeout",
-            "3s",
-        ],
-        "alpha.log",
-    );
-    let mut beta = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "1",
-            "--context",
-            "beta",
-            "--idle-timeout",
-            "3s",
-        ],
-        "beta.log",
-    );
+    let mut alpha = spawn_agent(&dir, 2, "alpha", &["--idle-timeout", "3s"]);
+    let mut beta = spawn_agent(&dir, 1, "beta", &["--idle-timeout", "3s"]);
     let graph = sleepers(&dir, 30, 0.1);
-    let ran = run(
-        &dir,
-        &[
-            "run",
-            graph.to_str().unwrap(),
-            "--pool",
-            "pool.json",
-            "--wait-agents",
-            "2",
-            "--progress",
-            "none",
-        ],
-    );
+    let ran = run_on_pool(&dir, &graph, 2, &[]);
     assert!(ran.status.success(), "{}", text(&ran));
     let marks = marks(&dir);
     assert_eq!(marks.len(), 30, "every activity ran once");
@@ -97,50 +58,10 @@ fn an_agent_takes_no_activity_it_cannot_finish_before_its_walltime() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let mut short = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "1",
-            "--context",
-            "short",
-            "--walltime",
-            "6s",
-        ],
-        "short.log",
-    );
-    let _long = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "1",
-            "--context",
-            "long",
-            "--idle-timeout",
-            "3s",
-        ],
-        "long.log",
-    );
+    let mut short = spawn_agent(&dir, 1, "short", &["--walltime", "6s"]);
+    let _long = spawn_agent(&dir, 1, "long", &["--idle-timeout", "3s"]);
     let graph = sleepers(&dir, 12, 1.0);
-    let ran = run(
-        &dir,
-        &[
-            "run",
-            graph.to_str().unwrap(),
-            "--pool",
-            "pool.json",
-            "--wait-agents",
-            "2",
-            "--progress",
-            "none",
-        ],
-    );
+    let ran = run_on_pool(&dir, &graph, 2, &[]);
     assert!(ran.status.success(), "{}", text(&ran));
     let status = wait_exit(&mut short, Duration::from_secs(20));
     assert!(
@@ -174,34 +95,8 @@ fn an_agent_takes_no_activity_it_cannot_finish_before_its_walltime() {
 fn work_on_a_killed_agent_runs_again_on_another() {
     let dir = scratch("pool-kill");
     let _pool = start_pool(&dir);
-    let mut victim = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "2",
-            "--context",
-            "victim",
-        ],
-        "victim.log",
-    );
-    let _survivor = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "2",
-            "--context",
-            "survivor",
-            "--idle-timeout",
-            "3s",
-        ],
-        "survivor.log",
-    );
+    let mut victim = spawn_agent(&dir, 2, "victim", &[]);
+    let _survivor = spawn_agent(&dir, 2, "survivor", &["--idle-timeout", "3s"]);
     let graph = sleepers(&dir, 16, 0.5);
     let runner = Command::new(BIN)
         .args([
@@ -308,21 +203,7 @@ fn agent_labels(json: &serde_json::Value) -> Vec<String> {
 fn status_shows_the_pool_and_relabel_retargets_a_live_agent() {
     let dir = scratch("pool-relabel");
     let _pool = start_pool(&dir);
-    let _agent = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "2",
-            "--context",
-            "cpu",
-            "--walltime",
-            "1h",
-        ],
-        "agent.log",
-    );
+    let _agent = spawn_agent(&dir, 2, "cpu", &["--walltime", "1h"]);
     let json = status_with_agents(&dir, 1);
     let members = json["members"].as_array().unwrap();
     assert_eq!(members.len(), 2, "the pool node and the agent: {json}");

@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{
-    allocation_dir, allocation_ids, allocation_state, constellation, log, marks, run, scratch,
-    sleepers, spawn, start_pool, text, wait_exit,
+    allocation_dir, allocation_ids, allocation_state, constellation, log, marks, run, run_on_pool,
+    scratch, sleepers, spawn_agent, start_pool, text, wait_exit,
 };
 
 /// One test at a time on the cluster; a failed test does not stop the next.
@@ -268,41 +268,13 @@ fn a_slurm_pilot_with_a_short_walltime_takes_no_activity_it_cannot_finish() {
     let deadline = agent_deadline(&dir, "short,", &job, 30.0);
     // The other agent outlives the bag, with two executors. It starts only
     // now so that waiting for Slurm does not count towards its idle time.
-    let mut long = spawn(
-        &dir,
-        &[
-            "agent",
-            "--pool",
-            "pool.json",
-            "-n",
-            "2",
-            "--context",
-            "long",
-            "--idle-timeout",
-            "3s",
-        ],
-        "long.log",
-    );
+    let mut long = spawn_agent(&dir, 2, "long", &["--idle-timeout", "3s"]);
 
     // 36 activities of 3 s on at most 3 executors take at least 36 s, and
     // the bag starts after the pilot's agent has joined: work is left when
     // its 30 s end, so whatever it stops taking, it stops by choice.
     let graph = sleepers(&dir, 36, 3.0);
-    let ran = run(
-        &dir,
-        &[
-            "run",
-            graph.to_str().unwrap(),
-            "--pool",
-            "pool.json",
-            "--wait-agents",
-            "2",
-            "--wait-timeout",
-            "60s",
-            "--progress",
-            "none",
-        ],
-    );
+    let ran = run_on_pool(&dir, &graph, 2, &["--wait-timeout", "60s"]);
     assert!(ran.status.success(), "{}", text(&ran));
 
     // The pilot's agent left on its own: Slurm did not have to end the job.

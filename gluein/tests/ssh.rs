@@ -15,8 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    agent_pids, alive, allocation_dir, allocation_ids, log, marks, run, scratch, sleepers,
-    start_pool, text, AgentsGuard, Guard,
+    agent_pids, alive, allocation_dir, allocation_ids, log, marks, run, run_on_pool, scratch,
+    sleepers, start_pool, text, AgentsGuard, Guard,
 };
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -247,21 +247,7 @@ fn ssh_pilot_through_a_real_sshd_runs_a_bag_and_is_cancelled() {
         )
     };
     let graph = sleepers(&dir, 16, 0.2);
-    let ran = run(
-        &dir,
-        &[
-            "run",
-            graph.to_str().expect("UTF-8 path"),
-            "--pool",
-            "pool.json",
-            "--wait-agents",
-            "2",
-            "--wait-timeout",
-            "60s",
-            "--progress",
-            "none",
-        ],
-    );
+    let ran = run_on_pool(&dir, &graph, 2, &["--wait-timeout", "60s"]);
     assert!(ran.status.success(), "{}\n{}", text(&ran), agent_logs());
     let marks = marks(&dir);
     assert_eq!(marks.len(), 16, "every activity ran once");

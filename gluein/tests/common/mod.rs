@@ -56,6 +56,42 @@ pub fn spawn(dir: &Path, args: &[&str], log: &str) -> Guard {
     )
 }
 
+/// Starts an agent of `executors` executors labelled `context` on the
+/// pool of `dir/pool.json`, with `extra` arguments; its log is
+/// `dir/CONTEXT.log`.
+pub fn spawn_agent(dir: &Path, executors: usize, context: &str, extra: &[&str]) -> Guard {
+    let executors = executors.to_string();
+    let args = [
+        "agent",
+        "--pool",
+        "pool.json",
+        "-n",
+        &executors,
+        "--context",
+        context,
+    ];
+    spawn(dir, &[&args[..], extra].concat(), &format!("{context}.log"))
+}
+
+/// Runs the graph file `graph` to completion on the pool of
+/// `dir/pool.json`, once `agents` agents have joined, without progress
+/// output; `extra` arguments follow.
+pub fn run_on_pool(dir: &Path, graph: &Path, agents: usize, extra: &[&str]) -> Output {
+    let agents = agents.to_string();
+    let graph = graph.to_str().expect("UTF-8 path");
+    let args = [
+        "run",
+        graph,
+        "--pool",
+        "pool.json",
+        "--wait-agents",
+        &agents,
+        "--progress",
+        "none",
+    ];
+    run(dir, &[&args[..], extra].concat())
+}
+
 /// Runs `constellation ARGS` in `dir` to completion.
 pub fn run(dir: &Path, args: &[&str]) -> Output {
     constellation(dir)
