@@ -129,17 +129,28 @@ pub struct StepReport {
     pub output: Result<StepOutput, String>,
 }
 
-/// The stages of [`DetectNova`], each waiting for one or more steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-enum Stage {
+/// The pipeline's stages (Figure 3 of the paper): [`DetectNova`] waits
+/// for each stage's steps before it submits the next, and the evaluation's
+/// workload model ([`crate::eval::steps`]) times them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Stage {
+    /// 1: copy the pair from a site that holds it.
     Prepare,
+    /// 2, 3: detect sources, one activity per image.
     Detect,
+    /// 4: align B onto A.
     Align,
+    /// 5, 6: equalize, one activity per image.
     Equalize,
+    /// 7.1: cut the pair into tiles.
     Split,
+    /// 7.2: compare one tile.
     Compare,
+    /// 7.3: merge the tiles' residuals.
     Recombine,
+    /// 8: classify the candidates.
     Extract,
+    /// 9: remove the work directory.
     Cleanup,
 }
 

@@ -33,28 +33,10 @@ pub const PAPER_LARGEST_30_MEAN_SECONDS: f64 = 820.0;
 /// Step 7's share of a pair's work in the paper's profile.
 pub const PAPER_STEP7_SHARE: f64 = 0.9;
 
-/// The pipeline's steps (Figure 3 of the paper), as activities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Step {
-    /// 1: copy the pair from a site that holds it.
-    Prepare,
-    /// 2, 3: detect sources, one activity per image.
-    Detect,
-    /// 4: align B onto A.
-    Align,
-    /// 5, 6: equalize, one activity per image.
-    Equalize,
-    /// 7.1: cut the pair into tiles.
-    Split,
-    /// 7.2: compare one tile.
-    Compare,
-    /// 7.3: merge the tiles' residuals.
-    Recombine,
-    /// 8: classify the candidates.
-    Extract,
-    /// 9: remove the work directory.
-    Cleanup,
-}
+/// The pipeline's steps, as the model times them: [`DetectNova`]'s stages.
+///
+/// [`DetectNova`]: crate::activities::DetectNova
+pub use crate::activities::Stage as Step;
 
 impl Step {
     /// Every step, in pipeline order.
