@@ -469,7 +469,7 @@ impl Driver {
                     }
                 }
                 if endpoint.is_dialer() {
-                    self.request(peer_id, Request::Hello(self.me.clone()));
+                    self.say_hello(peer_id);
                 }
             }
             SwarmEvent::ConnectionClosed {
@@ -575,7 +575,7 @@ impl Driver {
             .map(|m| m.peer)
             .collect();
         if let Some(&peer) = connected.choose(&mut self.rng) {
-            self.request(peer, Request::Hello(self.me.clone()));
+            self.say_hello(peer);
         }
     }
 
@@ -736,6 +736,12 @@ impl Driver {
         self.swarm.behaviour_mut().rpc.send_request(&peer, request)
     }
 
+    /// Introduces this node to `peer`; the answer is a welcome naming it
+    /// and the members it knows.
+    fn say_hello(&mut self, peer: PeerId) -> OutboundRequestId {
+        self.request(peer, Request::Hello(self.me.clone()))
+    }
+
     fn respond(&mut self, channel: ResponseChannel<Response>, response: Response) {
         if self
             .swarm
@@ -757,7 +763,13 @@ impl Driver {
                 request_response::Message::Response {
                     request_id,
                     response,
-                } => self.on_response(peer, request_id, response),
+                } => {
+                    let stranger = self.stranger_hellos.remove(&request_id);
+                    self.on_response(peer, request_id, response);
+                    if let Some(stranger) = stranger {
+                        self.stranger_answered(stranger);
+                    }
+                }
             },
             request_response::Event::OutboundFailure {
                 peer,
@@ -892,7 +904,7 @@ impl Driver {
         }
         held.push((request, channel));
         if held.len() == 1 {
-            let hello = self.request(peer, Request::Hello(self.me.clone()));
+            let hello = self.say_hello(peer);
             self.stranger_hellos.insert(hello, peer);
         }
     }
@@ -911,15 +923,6 @@ impl Driver {
             let _ = reply.send(Ok(response));
             return;
         }
-        if let Some(stranger) = self.stranger_hellos.remove(&request) {
-            self.on_response_to(peer, request, response);
-            self.stranger_answered(stranger);
-            return;
-        }
-        self.on_response_to(peer, request, response);
-    }
-
-    fn on_response_to(&mut self, peer: PeerId, request: OutboundRequestId, response: Response) {
         match response {
             Response::Welcome { me, members } => {
                 self.learn(me, true);
