@@ -119,19 +119,19 @@ fn more_cores_run_the_parallel_part_faster() {
     assert!((report.makespan - 2.75).abs() < 1e-9, "{}", report.makespan);
 }
 
+/// Two sites, `data` and `compute`, with instant links within each.
+fn data_and_compute_sites() -> Vec<Site> {
+    ["data", "compute"]
+        .map(|name| Site {
+            name: name.into(),
+            within: Link::latency(0.0),
+        })
+        .into()
+}
+
 #[test]
 fn remote_input_adds_exactly_the_modelled_transfer_time() {
-    let flat = Link::latency(0.0);
-    let sites = vec![
-        Site {
-            name: "data".into(),
-            within: flat,
-        },
-        Site {
-            name: "compute".into(),
-            within: flat,
-        },
-    ];
+    let sites = data_and_compute_sites();
     let nodes = vec![
         NodeSpec::uniform("here", 0, 1, anywhere()),
         NodeSpec::uniform("there", 1, 1, "far".parse().unwrap()),
@@ -170,17 +170,7 @@ fn remote_input_adds_exactly_the_modelled_transfer_time() {
 
 #[test]
 fn a_shared_link_queues_transfers_beyond_its_bandwidth() {
-    let flat = Link::latency(0.0);
-    let sites = vec![
-        Site {
-            name: "data".into(),
-            within: flat,
-        },
-        Site {
-            name: "compute".into(),
-            within: flat,
-        },
-    ];
+    let sites = data_and_compute_sites();
     // Four executors start at once and fetch 1 MB each over a 1 MB/s link.
     let nodes = vec![
         NodeSpec::uniform("master", 0, 0, anywhere()),
