@@ -40,6 +40,7 @@
 mod mpi_program;
 mod process;
 mod result;
+pub mod spawn;
 mod spec;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -91,7 +91,7 @@ pub(crate) fn run_once(
             command.stdout(Stdio::null()).stderr(Stdio::null());
         }
     }
-    let mut child = match command.spawn() {
+    let mut child = match super::spawn::spawn(&mut command) {
         Ok(child) => child,
         Err(error) => return failed(describe_spawn_error(&argv[0], &error)),
     };

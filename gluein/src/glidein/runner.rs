@@ -90,7 +90,10 @@ impl Runner for SystemRunner {
             cmd.env("PATH", path);
         }
         let Some(limit) = self.timeout else {
-            return cmd.output().map_err(|e| explain_spawn_error(program, e));
+            let child =
+                executors::shell::spawn::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()))
+                    .map_err(|e| explain_spawn_error(program, e))?;
+            return child.wait_with_output();
         };
         // Its own process group, so a timeout kills what it started too (a
         // script's `sleep` would otherwise keep our pipes open). Only with
@@ -98,7 +101,8 @@ impl Runner for SystemRunner {
         cmd.process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = cmd.spawn().map_err(|e| explain_spawn_error(program, e))?;
+        let child = executors::shell::spawn::spawn(&mut cmd)
+            .map_err(|e| explain_spawn_error(program, e))?;
         run_with_limit(child, program, limit)
     }
 }
