@@ -445,10 +445,34 @@ pub fn utc_stamp(unix_secs: f64) -> String {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! Temporary directories for tests, without the tempfile crate.
+    //! Temporary directories and executable scripts for tests, without the
+    //! tempfile crate.
 
+    use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Writes `text` to `path` as an executable script that can be run at
+    /// once, even by a shell that does not retry.
+    ///
+    /// Written in place, any sibling test thread that forks between our open
+    /// and close inherits the write descriptor until its exec, and running
+    /// the script in that moment fails with "Text file busy". So the text is
+    /// staged under another name and `cp`, a process that starts nothing,
+    /// writes the script itself.
+    pub fn write_executable(path: &Path, text: &str) {
+        let mut staged = path.as_os_str().to_owned();
+        staged.push(".staged");
+        std::fs::write(&staged, text).unwrap();
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg(&staged)
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(copied.success(), "cp {staged:?} {path:?}: {copied}");
+        std::fs::remove_file(&staged).unwrap();
+    }
 
     static COUNTER: AtomicU64 = AtomicU64::new(0);
 

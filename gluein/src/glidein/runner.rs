@@ -518,10 +518,8 @@ mod tests {
         name: &str,
         body: &str,
     ) -> String {
-        use std::os::unix::fs::PermissionsExt;
         let path = tmp.path().join(name);
-        std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::glidein::alloc::testing::write_executable(&path, &format!("#!/bin/bash\n{body}\n"));
         format!(
             "{}:{}",
             tmp.path().display(),

@@ -459,7 +459,7 @@ fn local_cancel_script(dir: &str, agents: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::glidein::alloc::testing::TempDir;
+    use crate::glidein::alloc::testing::{write_executable, TempDir};
     use std::process::Command;
     use std::time::Duration;
 
@@ -645,9 +645,7 @@ mod tests {
         let bin = tmp.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let fake = bin.join("pbsdsh");
-        std::fs::write(&fake, "#!/bin/bash\nprintf '<%s>' \"$@\"\necho\n").unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        write_executable(&fake, "#!/bin/bash\nprintf '<%s>' \"$@\"\necho\n");
         let nodes = tmp.path().join("nodefile");
         std::fs::write(&nodes, nodefile).unwrap();
         let mut s = spec(Backend::Pbs);
@@ -759,9 +757,7 @@ mod tests {
         let tmp = TempDir::new("remote q'uote");
         let dir = tmp.path().join("alloc dir");
         let agent = tmp.path().join("fake agent");
-        std::fs::write(&agent, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").unwrap();
-        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        write_executable(&agent, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n");
         let mut s = spec(Backend::Ssh);
         s.agent_binary = agent;
         s.context = Some("it's \"quoted\" $HOME".into());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::glidein::alloc::testing::TempDir;
+use crate::glidein::alloc::testing::{write_executable, TempDir};
 use crate::glidein::alloc::{PIDS_FILE, STATE_FILE};
 use crate::glidein::runner::testing::{fail, ok, FakeRunner, Reply};
 
@@ -387,12 +387,6 @@ fn dry_run_shows_everything_and_touches_nothing() {
 // Real processes: local and ssh backends with a fake agent (and fake ssh).
 // ---------------------------------------------------------------------
 
-/// Writes an executable script.
-fn executable(path: &Path, text: &str) {
-    fs::write(path, text).unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 /// A fake `constellation` that prints its arguments, then either exits or
 /// waits (at most 30 s) for SIGTERM.
 fn fake_agent(dir: &Path, linger: bool) -> PathBuf {
@@ -409,7 +403,7 @@ fn fake_agent(dir: &Path, linger: bool) -> PathBuf {
     } else {
         "#!/bin/bash\nprintf '%s\\n' \"$@\"\nexit 0\n"
     };
-    executable(&path, text);
+    write_executable(&path, text);
     path
 }
 
@@ -510,7 +504,7 @@ fn fake_ssh_path(dir: &Path) -> String {
     let bin = dir.join("fake-bin");
     fs::create_dir_all(&bin).unwrap();
     let log = dir.join("ssh-options.log");
-    executable(
+    write_executable(
         &bin.join("ssh"),
         &format!(
         "#!/bin/bash\n\
