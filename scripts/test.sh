@@ -75,7 +75,8 @@ export CONSTELLATION_REQUIRE_SSHD=1
 sinfo
 
 step "cargo test (default features)"
-cargo test --workspace --locked
+# --no-fail-fast: one CI log shows every failing suite, not just the first.
+cargo test --workspace --locked --no-fail-fast
 
 # Rebuilds only the executors crate and its tests; everything else is shared.
 # Passing tests hide their output; show why the GPU tests skipped, if they did.
