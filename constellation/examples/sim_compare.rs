@@ -5,14 +5,15 @@
 //!
 //! ```text
 //! cargo run --release -p constellation --example sim_compare
-//! cargo run --release -p constellation --example sim_compare -- --executors 1000 --sites 10,100
+//! cargo run --release -p constellation --example sim_compare -- --executors 1000 --sites 10,100 --what-if idle-executors,max-steal
 //! ```
 
 use std::time::Instant;
 
 use clap::Parser;
-use constellation::net::Strategy;
-use constellation::sim::{compare_strategies, simulate, ComparisonRow, ComparisonSetup, WideSteal};
+use constellation::sim::{
+    compare_strategies, compare_wide_steal, AnswerCost, ComparisonRow, ComparisonSetup, WideSteal,
+};
 
 #[derive(Parser)]
 #[command(about = "Compare steal strategies in the simulator")]
@@ -29,10 +30,21 @@ struct Args {
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
-    /// Also run hierarchical stealing with cross-site steals of up to
-    /// --max-steal (instead of one per idle executor).
-    #[arg(long)]
-    what_if: bool,
+    /// Also run hierarchical stealing with these other sizes of cross-site
+    /// steals (idle-executors, max-steal; the default is doubling), as
+    /// rows labelled hier-NAME.
+    #[arg(long, value_delimiter = ',')]
+    what_if: Vec<WideSteal>,
+    /// Seconds a victim spends answering one steal request, whatever it
+    /// carries (a master saturates from this and the next).
+    #[arg(long, default_value_t = 0.0)]
+    answer_per_request: f64,
+    /// Seconds a victim spends per activity it hands over.
+    #[arg(long, default_value_t = 0.0)]
+    answer_per_activity: f64,
+    /// Mean seconds per activity (each takes 0.5 to 1.5 times that).
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -53,15 +65,15 @@ fn main() -> anyhow::Result<()> {
             setup.activities = executors * args.per_executor;
             setup.max_steal = args.max_steal;
             setup.seed = args.seed;
+            setup.mean_seconds = args.seconds;
+            setup.answer_cost = AnswerCost {
+                per_request: args.answer_per_request,
+                per_activity: args.answer_per_activity,
+            };
             let started = Instant::now();
             let mut found = compare_strategies(&setup)?;
-            if args.what_if {
-                setup.wide_steal = WideSteal::MaxSteal;
-                let model = setup.model(Strategy::Hierarchical);
-                let report = simulate(&model, &setup.workload())?;
-                let mut row = ComparisonRow::from_report(&setup, &model, &report);
-                row.label = "hier-maxsteal".into();
-                found.push(row);
+            for &wide_steal in &args.what_if {
+                found.push(compare_wide_steal(&setup, wide_steal)?);
             }
             eprintln!(
                 "{executors} executors, {sites} sites: {:.1} s wall",

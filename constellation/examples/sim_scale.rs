@@ -14,14 +14,6 @@ use clap::Parser;
 use constellation::net::Strategy;
 use constellation::sim::{simulate, ComparisonSetup, WideSteal};
 
-fn wide_steal(text: &str) -> Result<WideSteal, String> {
-    match text {
-        "idle-executors" => Ok(WideSteal::IdleExecutors),
-        "max-steal" => Ok(WideSteal::MaxSteal),
-        other => Err(format!("{other:?}: use idle-executors or max-steal")),
-    }
-}
-
 #[derive(Parser)]
 #[command(about = "Time the simulator on a large pool and bag of work")]
 struct Args {
@@ -46,10 +38,11 @@ struct Args {
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
-    /// Hierarchical steals from other sites ask for as many as there are
-    /// idle executors (idle-executors, the net driver's rule) or for up
-    /// to --max-steal (max-steal).
-    #[arg(long, default_value = "idle-executors", value_parser = wide_steal)]
+    /// How much a hierarchical steal from another site asks for: doubling
+    /// (the net driver's rule: the idle executors' worth, doubled after
+    /// each full reply while the site stays dry), idle-executors or
+    /// max-steal.
+    #[arg(long, default_value = "doubling")]
     wide_steal: WideSteal,
     /// Percent of the nodes (never the master) that die halfway through
     /// the ideal makespan.

@@ -7,7 +7,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use constellation::sim::{compare_strategies, simulate, ComparisonRow, ComparisonSetup, Workload};
+use constellation::sim::{
+    compare_strategies, compare_wide_steal, simulate, ComparisonRow, ComparisonSetup, WideSteal,
+    Workload,
+};
 use supernova::eval::{self, scenarios, steps::StepModel, Profile};
 
 /// What to evaluate.
@@ -19,7 +22,8 @@ pub enum What {
     Scenario2,
     /// A GPU cluster: CPU-only against step 7.2 on the GPUs (Figure 11).
     Scenario3,
-    /// Master-worker, random and hierarchical stealing at 100 to 10,000 executors.
+    /// Master-worker, random and hierarchical stealing at 100 to 10,000
+    /// executors, and where a master saturates.
     Strategies,
     /// 10% of the nodes die mid-run: nothing is lost; what it costs.
     Failure,
@@ -136,6 +140,7 @@ pub fn main(args: EvalArgs) -> Result<ExitCode> {
     }
     if wants(What::Strategies) {
         strategies()?;
+        saturation()?;
     }
     if wants(What::Failure) {
         failure()?;
@@ -180,7 +185,15 @@ fn strategies() -> Result<()> {
     for (executors, sites) in [(100, 10), (1000, 10), (1000, 100), (10_000, 100)] {
         let began = Instant::now();
         let setup = ComparisonSetup::new(executors, sites);
-        let found = compare_strategies(&setup)?;
+        let mut found = compare_strategies(&setup)?;
+        // The other rules for hierarchical steals between sites, beside
+        // the net driver's (doubling); at 10,000 executors the
+        // idle-executors rule alone takes minutes to simulate.
+        if executors <= 1_000 {
+            for wide_steal in [WideSteal::IdleExecutors, WideSteal::MaxSteal] {
+                found.push(compare_wide_steal(&setup, wide_steal)?);
+            }
+        }
         eprintln!(
             "  {executors} executors, {sites} sites: {:.1} s to simulate",
             began.elapsed().as_secs_f64()
@@ -188,6 +201,79 @@ fn strategies() -> Result<()> {
         rows.extend(found);
     }
     println!("{}", ComparisonRow::table(&rows));
+    Ok(())
+}
+
+/// What answering one steal request costs a node, from this machine's
+/// benchmarks (README, *Benchmarks*): `net_event_rtt`'s median round trip
+/// of 161 µs is two messages each received, handled and sent, so one
+/// request costs about half of it; `net_steal` hands over 265,198
+/// activities/s, 3.77 µs each. Both include the transport and the thief's
+/// side, so they overstate the master's share: saturation comes no later
+/// than the table says.
+const MEASURED_ANSWER_COST: constellation::sim::AnswerCost = constellation::sim::AnswerCost {
+    per_request: 80.5e-6,
+    per_activity: 3.77e-6,
+};
+
+/// Master-worker handing out one activity per request (as the paper's
+/// master does, and the scenarios here) with the measured answer cost,
+/// over pool sizes and activity lengths: where the master saturates.
+/// Random stealing of the same bag beside it, with batches.
+fn saturation() -> Result<()> {
+    let cost = MEASURED_ANSWER_COST;
+    println!(
+        "Master saturation: master-worker, one activity per request, answering costs {:.1} us \
+         per request + {:.2} us per activity (measured); 20 activities per executor \
+         (0.5-1.5 x the mean), nodes of 8, 10 sites",
+        cost.per_request * 1e6,
+        cost.per_activity * 1e6
+    );
+    let mut rows = vec![vec![
+        "executors".to_string(),
+        "mean activity s".into(),
+        "requests/s offered".into(),
+        "master busy".into(),
+        "efficiency".into(),
+        "random (batches) efficiency".into(),
+    ]];
+    for executors in [100, 1_000, 10_000] {
+        for mean in [1.0, 0.1, 0.01] {
+            let began = Instant::now();
+            let mut setup = ComparisonSetup::new(executors, 10);
+            setup.activities = executors * 20;
+            setup.mean_seconds = mean;
+            setup.answer_cost = cost;
+            let workload = setup.workload();
+            let random_model = setup.model(constellation::net::Strategy::Random);
+            let random = simulate(&random_model, &workload)?;
+            let random = ComparisonRow::from_report(&setup, &random_model, &random);
+            setup.max_steal = 1;
+            let model = setup.model(constellation::net::Strategy::MasterWorker);
+            let master = simulate(&model, &workload)?;
+            let master = ComparisonRow::from_report(&setup, &model, &master);
+            eprintln!(
+                "  saturation, {executors} executors, {mean} s activities: {:.1} s to simulate",
+                began.elapsed().as_secs_f64()
+            );
+            // Every executor asks once per activity it finishes.
+            let offered = executors as f64 / mean;
+            rows.push(vec![
+                executors.to_string(),
+                mean.to_string(),
+                format!("{offered:.0}"),
+                format!("{:.0} %", 100.0 * master.master_busy),
+                format!("{:.2}", master.efficiency),
+                format!("{:.2}", random.efficiency),
+            ]);
+        }
+    }
+    print!("{}", eval::table(&rows));
+    let capacity = 1.0 / cost.seconds(1);
+    println!(
+        "one master answers at most {capacity:.0} one-activity requests/s: it saturates where \
+         executors / mean activity seconds approaches that\n"
+    );
     Ok(())
 }
 

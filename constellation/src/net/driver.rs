@@ -938,6 +938,7 @@ impl Driver {
                 if taken == 0 {
                     self.stats.empty_replies += 1;
                 }
+                let home_work = loot.iter().any(|a| self.on_my_site(a.id.origin()));
                 let exporter = victim.peer;
                 for activity in loot {
                     if self.leaving {
@@ -950,6 +951,9 @@ impl Driver {
                 let round = self.steal_round();
                 if let Some(throttle) = self.throttles.get_mut(&context) {
                     throttle.replied(&victim, taken, round, Instant::now());
+                    if home_work {
+                        throttle.found_home_work();
+                    }
                 }
                 self.try_steal();
             }
@@ -1049,6 +1053,13 @@ impl Driver {
             .collect()
     }
 
+    /// Whether `node` is this node or a member on its site.
+    fn on_my_site(&self, node: NodeId) -> bool {
+        node == self.node
+            || (self.config.site.is_some()
+                && self.members.get(&node).map(|m| &m.info.site) == Some(&self.config.site))
+    }
+
     /// How many victims a full round of empty replies takes.
     fn steal_round(&self) -> usize {
         match self.config.strategy {
@@ -1097,13 +1108,13 @@ impl Driver {
                 throttle.abandon();
                 continue;
             };
-            // Across sites, take only what the idle executors can start
-            // now: work stays on its site while that site has some, and a
-            // site that ran dry for a moment does not carry off a big batch.
-            let max = match self.config.strategy {
-                Strategy::Hierarchical if !victim.same_site => idle,
-                _ => self.config.max_steal,
-            };
+            let max = throttle.ask(
+                self.config.strategy,
+                self.config.wide_steal,
+                &victim,
+                idle,
+                self.config.max_steal,
+            );
             let request = Request::Steal(StealRequest {
                 thief: context.clone(),
                 steal_from: self.config.steal_from.clone(),

@@ -41,6 +41,9 @@
 //! (1 ms, doubling, at most 50 ms). The victim sends up to half of its
 //! queued work, at most [`NodeConfig::max_steal`] activities. Only activities
 //! that never started move, and only ones that may leave their node.
+//! Under hierarchical stealing a request to another site asks for less
+//! ([`WideSteal`]): what the idle executors can start, doubling after each
+//! full reply while the own site stays dry.
 //!
 //! # Events
 //! An event goes to its target's origin node (named in the target's id),
@@ -89,7 +92,7 @@ pub use key::PoolKey;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
 pub use message::{MemberStatus, RelabelRequest};
-pub use steal::Strategy;
+pub use steal::{Strategy, WideSteal};
 
 /// How a node joins and behaves in a pool.
 #[derive(Debug, Clone)]
@@ -114,6 +117,10 @@ pub struct NodeConfig {
     pub steal_from: String,
     /// The most activities one steal reply carries.
     pub max_steal: usize,
+    /// How many activities a hierarchical steal from another site asks
+    /// for (by default: what the idle executors can start, doubling while
+    /// the site stays dry).
+    pub wide_steal: WideSteal,
     /// How long a member may be unreachable before it is declared dead.
     pub failure_timeout: Duration,
     /// How many times an activity may be handed out before it is given up
@@ -144,6 +151,7 @@ impl Default for NodeConfig {
             steal_pool: "default".to_string(),
             steal_from: "default".to_string(),
             max_steal: 256,
+            wide_steal: WideSteal::default(),
             failure_timeout: Duration::from_secs(3),
             max_attempts: 3,
             max_frame: codec::DEFAULT_MAX_FRAME,

@@ -48,6 +48,55 @@ impl std::fmt::Display for Strategy {
     }
 }
 
+/// How many activities a hierarchical steal from another site asks for.
+///
+/// A steal within the site, and every steal under the other strategies,
+/// asks for up to `max_steal`; this rule is only about work crossing
+/// between sites, where taking too much carries a site's work away from
+/// it and taking too little starves sites that stay dry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WideSteal {
+    /// As many as the thief has idle executors for, doubled after each
+    /// cross-site reply that came back full, and reset when work submitted
+    /// on the own site is stolen again ([`Throttle::found_home_work`]): a
+    /// site that is dry for a moment takes only what it can start, a site
+    /// that stays dry soon takes batches. The default.
+    #[default]
+    Doubling,
+    /// Always as many as the thief has idle executors for. Keeps work on
+    /// its site, but with work at few sites of many it trickles out and
+    /// the other sites starve.
+    IdleExecutors,
+    /// Up to `max_steal`, as within the site: sites that are dry only for
+    /// a moment carry off half of another site's queue.
+    MaxSteal,
+}
+
+impl std::str::FromStr for WideSteal {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "doubling" => Ok(WideSteal::Doubling),
+            "idle-executors" | "idle" => Ok(WideSteal::IdleExecutors),
+            "max-steal" | "max" => Ok(WideSteal::MaxSteal),
+            other => Err(format!(
+                "unknown wide-area steal size {other:?}: use doubling, idle-executors or max-steal"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WideSteal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WideSteal::Doubling => "doubling",
+            WideSteal::IdleExecutors => "idle-executors",
+            WideSteal::MaxSteal => "max-steal",
+        })
+    }
+}
+
 /// A member that could be asked for work, as the victim choice sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate<P> {
@@ -134,7 +183,17 @@ pub struct Throttle {
     not_before: Option<Instant>,
     min_backoff: Duration,
     max_backoff: Duration,
+    /// How many activities the request in flight asked for, and whether
+    /// it went to another site under hierarchical stealing.
+    asked: usize,
+    asked_wide: bool,
+    /// Full cross-site replies since work of the own site was last found:
+    /// the next cross-site request asks for 2^this times the idle executors.
+    wide_doublings: u32,
 }
+
+/// The most doublings of a cross-site batch; `max_steal` caps it anyway.
+const MAX_WIDE_DOUBLINGS: u32 = 20;
 
 impl Default for Throttle {
     fn default() -> Self {
@@ -156,6 +215,9 @@ impl Throttle {
             not_before: None,
             min_backoff: min,
             max_backoff: max.max(min),
+            asked: 0,
+            asked_wide: false,
+            wide_doublings: 0,
         }
     }
 
@@ -222,11 +284,43 @@ impl Throttle {
         Some(victim)
     }
 
+    /// How many activities to ask `victim` (just chosen) for, on behalf of
+    /// `idle` idle executors, when one reply may carry `max_steal`;
+    /// remembered for [`replied`](Self::replied).
+    pub fn ask<P>(
+        &mut self,
+        strategy: Strategy,
+        wide: WideSteal,
+        victim: &Candidate<P>,
+        idle: usize,
+        max_steal: usize,
+    ) -> usize {
+        let max_steal = max_steal.max(1);
+        self.asked_wide = strategy == Strategy::Hierarchical && !victim.same_site;
+        self.asked = if !self.asked_wide {
+            max_steal
+        } else {
+            let idle = idle.max(1);
+            match wide {
+                WideSteal::IdleExecutors => idle.min(max_steal),
+                WideSteal::MaxSteal => max_steal,
+                WideSteal::Doubling => idle.saturating_mul(1 << self.wide_doublings).min(max_steal),
+            }
+        };
+        self.asked
+    }
+
     /// The reply to the request in flight came from `victim` with `loot`
     /// activities (zero if the request failed). `round` is how many
     /// victims there are to try before backing off.
     pub fn replied<P>(&mut self, victim: &Candidate<P>, loot: usize, round: usize, now: Instant) {
         self.in_flight = false;
+        if self.asked_wide && loot >= self.asked.max(1) {
+            // The victim had at least twice as much (replies carry at most
+            // half a queue) and this site is still dry: ask for more.
+            self.wide_doublings = (self.wide_doublings + 1).min(MAX_WIDE_DOUBLINGS);
+        }
+        self.asked_wide = false;
         if loot > 0 {
             self.misses = 0;
             self.site_misses = 0;
@@ -246,6 +340,15 @@ impl Throttle {
             self.backoff = (self.backoff * 2).clamp(self.min_backoff, self.max_backoff);
             self.not_before = Some(now + self.backoff);
         }
+    }
+
+    /// Work that was submitted on this node's site reached it by a steal:
+    /// the site has work of its own again, so the next time it runs dry may
+    /// be a moment's gap, and crossing starts small again. Work that came
+    /// from another site does not count: a site that lives on imports has
+    /// stayed dry, however often its nodes share those imports.
+    pub fn found_home_work(&mut self) {
+        self.wide_doublings = 0;
     }
 
     /// Forgets the request in flight without counting it (its victim is gone).
@@ -392,6 +495,119 @@ mod tests {
             .choose(Strategy::Hierarchical, &candidates, &mut rng)
             .unwrap();
         assert!(v.same_site, "loot resets: back to the site first");
+    }
+
+    #[test]
+    fn a_cross_site_batch_doubles_while_the_site_stays_dry_and_resets_on_home_work() {
+        let now = Instant::now();
+        let (near, far) = (member(1, true, false), member(2, false, false));
+        let mut throttle = Throttle::default();
+        let ask = |throttle: &mut Throttle, victim: &Candidate<u32>| {
+            throttle.ask(Strategy::Hierarchical, WideSteal::Doubling, victim, 4, 64)
+        };
+        assert_eq!(
+            ask(&mut throttle, &near),
+            64,
+            "within the site: a full batch"
+        );
+        throttle.replied(&near, 0, 2, now);
+        assert_eq!(
+            ask(&mut throttle, &far),
+            4,
+            "first crossing: what 4 idle executors start"
+        );
+        throttle.replied(&far, 4, 2, now);
+        assert_eq!(
+            ask(&mut throttle, &far),
+            8,
+            "a full reply: the site is still dry"
+        );
+        throttle.replied(&far, 8, 2, now);
+        assert_eq!(ask(&mut throttle, &far), 16);
+        throttle.replied(&far, 5, 2, now);
+        assert_eq!(
+            ask(&mut throttle, &far),
+            16,
+            "a partial reply keeps the size"
+        );
+        throttle.replied(&far, 0, 2, now);
+        assert_eq!(ask(&mut throttle, &far), 16, "so does an empty one");
+        for _ in 0..5 {
+            throttle.replied(&far, 64, 2, now);
+            ask(&mut throttle, &far);
+        }
+        assert_eq!(ask(&mut throttle, &far), 64, "capped at max_steal");
+        throttle.replied(&far, 64, 2, now);
+        ask(&mut throttle, &near);
+        throttle.replied(&near, 9, 2, now);
+        assert_eq!(
+            ask(&mut throttle, &far),
+            64,
+            "imports shared within the site: it is still dry"
+        );
+        throttle.replied(&far, 0, 2, now);
+        throttle.found_home_work();
+        assert_eq!(
+            ask(&mut throttle, &far),
+            4,
+            "work of the own site starts over"
+        );
+    }
+
+    #[test]
+    fn only_hierarchical_cross_site_steals_are_sized_by_the_rule() {
+        let (near, far) = (member(1, true, false), member(2, false, true));
+        let mut throttle = Throttle::default();
+        for strategy in [Strategy::Random, Strategy::MasterWorker] {
+            assert_eq!(
+                throttle.ask(strategy, WideSteal::Doubling, &far, 3, 256),
+                256
+            );
+        }
+        assert_eq!(
+            throttle.ask(
+                Strategy::Hierarchical,
+                WideSteal::IdleExecutors,
+                &far,
+                3,
+                256
+            ),
+            3
+        );
+        assert_eq!(
+            throttle.ask(Strategy::Hierarchical, WideSteal::MaxSteal, &far, 3, 256),
+            256
+        );
+        assert_eq!(
+            throttle.ask(
+                Strategy::Hierarchical,
+                WideSteal::IdleExecutors,
+                &near,
+                3,
+                256
+            ),
+            256
+        );
+        assert_eq!(
+            throttle.ask(Strategy::Hierarchical, WideSteal::IdleExecutors, &far, 0, 0),
+            1,
+            "never a request for nothing"
+        );
+    }
+
+    #[test]
+    fn wide_steal_names_parse_and_print() {
+        for wide in [
+            WideSteal::Doubling,
+            WideSteal::IdleExecutors,
+            WideSteal::MaxSteal,
+        ] {
+            assert_eq!(wide.to_string().parse::<WideSteal>().unwrap(), wide);
+        }
+        assert!("lots"
+            .parse::<WideSteal>()
+            .unwrap_err()
+            .contains("doubling"));
     }
 
     #[test]

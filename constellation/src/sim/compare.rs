@@ -5,12 +5,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::model::{Link, Model, NodeSpec, Site, WideSteal};
+use super::model::{AnswerCost, Link, Model, NodeSpec, Site};
 use super::report::SimReport;
 use super::workload::{ActivitySpec, Kind, Workload};
 use super::{simulate, SimError};
 use crate::context::{ContextList, ExecutorContext};
-use crate::net::Strategy;
+use crate::net::{Strategy, WideSteal};
 
 /// A pool and a bag of work to compare the strategies on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +34,9 @@ pub struct ComparisonSetup {
     /// How much a hierarchical steal from another site asks for.
     #[serde(default)]
     pub wide_steal: WideSteal,
+    /// What answering a steal request costs a victim.
+    #[serde(default)]
+    pub answer_cost: AnswerCost,
     /// Seed for the durations and the runs.
     pub seed: u64,
 }
@@ -52,7 +55,8 @@ impl ComparisonSetup {
             within: Link::cluster(),
             wide_area: Link::wide_area(),
             max_steal: 256,
-            wide_steal: WideSteal::IdleExecutors,
+            wide_steal: WideSteal::default(),
+            answer_cost: AnswerCost::default(),
             seed: 1,
         }
     }
@@ -85,6 +89,7 @@ impl ComparisonSetup {
         model.wide_area = self.wide_area;
         model.max_steal = self.max_steal;
         model.wide_steal = self.wide_steal;
+        model.answer_cost = self.answer_cost;
         model
     }
 
@@ -131,6 +136,10 @@ pub struct ComparisonRow {
     pub master_load: u64,
     /// The most steal requests one node answered.
     pub busiest_victim: u64,
+    /// The share of the makespan the master spent answering steal requests
+    /// (zero unless the model gives answering a cost); near 1, it saturates.
+    #[serde(default)]
+    pub master_busy: f64,
     /// Messages between sites per activity.
     pub wide_area_per_activity: f64,
     /// Activities handed from one site to another, per activity: work
@@ -164,6 +173,10 @@ impl ComparisonRow {
             steals_per_activity: report.messages.steal_requests as f64 / activities,
             master_load: report.master_load,
             busiest_victim: report.busiest_victim,
+            master_busy: match report.nodes.get(report.master as usize) {
+                Some(master) if report.makespan > 0.0 => master.answering / report.makespan,
+                _ => 0.0,
+            },
             wide_area_per_activity: report.messages.wide_area as f64 / activities,
             wide_area_moved_per_activity: report.messages.wide_area_moved as f64 / activities,
             events: report.events,
@@ -173,7 +186,7 @@ impl ComparisonRow {
     /// The rows as a plain-text table with a header line.
     pub fn table(rows: &[ComparisonRow]) -> String {
         let mut out = format!(
-            "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>6} {:>12} {:>11} {:>11} {:>11} {:>12}\n",
+            "{:<18} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>6} {:>12} {:>11} {:>11} {:>11} {:>11} {:>12}\n",
             "strategy",
             "executors",
             "nodes",
@@ -185,12 +198,13 @@ impl ComparisonRow {
             "steals/act",
             "master_load",
             "busiest",
+            "master_busy",
             "wan_msg/act",
             "wan_moved/act"
         );
         for row in rows {
             out.push_str(&format!(
-                "{:<14} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.4} {:>12.4}\n",
+                "{:<18} {:>9} {:>6} {:>5} {:>10} {:>10.2} {:>10.2} {:>6.3} {:>12.4} {:>11} {:>11} {:>11.3} {:>11.4} {:>12.4}\n",
                 row.label,
                 row.executors,
                 row.nodes,
@@ -202,6 +216,7 @@ impl ComparisonRow {
                 row.steals_per_activity,
                 row.master_load,
                 row.busiest_victim,
+                row.master_busy,
                 row.wide_area_per_activity,
                 row.wide_area_moved_per_activity,
             ));
@@ -225,4 +240,21 @@ pub fn compare_strategies(setup: &ComparisonSetup) -> Result<Vec<ComparisonRow>,
         rows.push(ComparisonRow::from_report(setup, &model, &report));
     }
     Ok(rows)
+}
+
+/// Runs the setup's bag under hierarchical stealing with another rule for
+/// steals between sites, as a row labelled `hier-RULE`.
+pub fn compare_wide_steal(
+    setup: &ComparisonSetup,
+    wide_steal: WideSteal,
+) -> Result<ComparisonRow, SimError> {
+    let setup = ComparisonSetup {
+        wide_steal,
+        ..setup.clone()
+    };
+    let model = setup.model(Strategy::Hierarchical);
+    let report = simulate(&model, &setup.workload())?;
+    let mut row = ComparisonRow::from_report(&setup, &model, &report);
+    row.label = format!("hier-{wide_steal}");
+    Ok(row)
 }

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 
-use super::model::{nanos, Link, Model, WideSteal};
+use super::model::{nanos, Link, Model};
 use super::report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };
@@ -158,6 +158,13 @@ struct SimNode {
     early: FxHashMap<ActivityId, (Time, Vec<Event>)>,
     started: FxHashMap<ActivityId, Started>,
     requests_handled: u64,
+    /// Until when it is busy answering a steal request (its answer cost).
+    answering_until: Time,
+    /// Steal requests that arrived while it was busy answering, in order:
+    /// thief, its group, how many it asked for.
+    waiting: VecDeque<(u32, u32, u32)>,
+    /// Time spent answering steal requests, in all.
+    answering: Time,
 }
 
 enum Msg {
@@ -183,10 +190,25 @@ enum Ev {
     Join(u32),
     Die(u32),
     Detect(u32),
-    CallDone { node: u32, executor: u32 },
-    StealRetry { node: u32, group: u32 },
-    Msg { to: u32, from: u32, msg: Msg },
-    EarlyExpire { node: u32, id: ActivityId },
+    CallDone {
+        node: u32,
+        executor: u32,
+    },
+    StealRetry {
+        node: u32,
+        group: u32,
+    },
+    Msg {
+        to: u32,
+        from: u32,
+        msg: Msg,
+    },
+    EarlyExpire {
+        node: u32,
+        id: ActivityId,
+    },
+    /// A node finished answering a steal request and may take the next.
+    Answered(u32),
 }
 
 /// A link with its latency in nanoseconds.
@@ -457,6 +479,9 @@ impl<'a> Engine<'a> {
                 early: FxHashMap::default(),
                 started: FxHashMap::default(),
                 requests_handled: 0,
+                answering_until: 0,
+                waiting: VecDeque::new(),
+                answering: 0,
             });
         }
         let mut text_index: FxHashMap<ContextList, u32> = FxHashMap::default();
@@ -589,6 +614,7 @@ impl<'a> Engine<'a> {
                 }
             }
             Ev::Msg { to, from, msg } => self.receive(to, from, msg),
+            Ev::Answered(node) => self.answer_waiting(node),
             Ev::EarlyExpire { node, id } => {
                 let wait = nanos(self.model.early_event_wait);
                 let state = &mut self.nodes[node as usize];
@@ -680,6 +706,11 @@ impl<'a> Engine<'a> {
         state.core = Scheduler::new(state.id, Vec::new());
         state.custody = Custody::new();
         state.early.clear();
+        // Requests waiting for an answer fail as the connection drops.
+        let waiting = std::mem::take(&mut state.waiting);
+        for (thief, group, _) in waiting {
+            self.send(node, thief, Msg::StealFailed { group }, 0);
+        }
         let detect = self.now.saturating_add(nanos(self.model.failure_timeout));
         self.schedule(detect, Ev::Detect(node));
         self.lifecycle_pending += 1;
@@ -1081,6 +1112,12 @@ impl<'a> Engine<'a> {
 
     /// Sends `msg` carrying `payload` bytes besides its header.
     fn send(&mut self, from: u32, to: u32, msg: Msg, payload: u64) {
+        self.send_after(from, to, msg, payload, 0);
+    }
+
+    /// [`send`](Self::send), `after` nanoseconds from now: the time the
+    /// sender still needs to produce it.
+    fn send_after(&mut self, from: u32, to: u32, msg: Msg, payload: u64, after: Time) {
         let (a, b) = (
             self.nodes[from as usize].site as usize,
             self.nodes[to as usize].site as usize,
@@ -1092,7 +1129,8 @@ impl<'a> Engine<'a> {
         let bytes = self.model.message_bytes + payload;
         let delay =
             (link.latency).saturating_add(link.bandwidth.map_or(0, |rate| at_rate(bytes, rate)));
-        self.schedule(self.now.saturating_add(delay), Ev::Msg { to, from, msg });
+        let at = self.now.saturating_add(after).saturating_add(delay);
+        self.schedule(at, Ev::Msg { to, from, msg });
     }
 
     fn send_event(&mut self, from: u32, to: u32, event: Event) {
@@ -1114,7 +1152,14 @@ impl<'a> Engine<'a> {
             return;
         }
         match msg {
-            Msg::Steal { group, max } => self.export(to, from, group, max),
+            Msg::Steal { group, max } => {
+                let state = &mut self.nodes[to as usize];
+                if state.answering_until > self.now {
+                    state.waiting.push_back((from, group, max));
+                } else {
+                    self.export(to, from, group, max);
+                }
+            }
             Msg::StealFailed { group } => self.loot(to, from, group, Vec::new()),
             Msg::Loot { group, loot } => self.loot(to, from, group, loot),
             Msg::Finished(id) => {
@@ -1223,14 +1268,13 @@ impl<'a> Engine<'a> {
             let Some(victim) = group.throttle.choose_from(strategy, &view, &mut self.rng) else {
                 continue;
             };
-            // Across sites, take only what the idle executors can start
-            // now (the net driver's rule, unless the model says otherwise).
-            let max = match (strategy, self.model.wide_steal) {
-                (Strategy::Hierarchical, WideSteal::IdleExecutors) if !victim.same_site => {
-                    group.idle as usize
-                }
-                _ => self.model.max_steal,
-            };
+            let max = group.throttle.ask(
+                strategy,
+                self.model.wide_steal,
+                &victim,
+                group.idle as usize,
+                self.model.max_steal,
+            );
             group.victim = Some(victim);
             requests.push((victim.peer, index as u32, max.min(u32::MAX as usize) as u32));
         }
@@ -1243,6 +1287,21 @@ impl<'a> Engine<'a> {
                 self.messages.wide_area_steals += 1;
             }
             self.send(node, victim, Msg::Steal { group, max }, 0);
+        }
+    }
+
+    /// Answers the requests that waited while `node` answered others, in
+    /// the order they came, until one keeps it busy.
+    fn answer_waiting(&mut self, node: u32) {
+        loop {
+            let state = &mut self.nodes[node as usize];
+            if state.life != Life::Alive || state.answering_until > self.now {
+                return;
+            }
+            let Some((thief, group, max)) = state.waiting.pop_front() else {
+                return;
+            };
+            self.export(node, thief, group, max);
         }
     }
 
@@ -1285,14 +1344,28 @@ impl<'a> Engine<'a> {
         if self.nodes[thief as usize].site != self.nodes[node as usize].site {
             self.messages.wide_area_moved += loot.len() as u64;
         }
+        let answer = nanos(self.model.answer_cost.seconds(loot.len()));
+        let state = &mut self.nodes[node as usize];
+        state.answering_until = self.now.saturating_add(answer);
+        state.answering = state.answering.saturating_add(answer);
+        if answer > 0 {
+            let done = state.answering_until;
+            self.schedule(done, Ev::Answered(node));
+        }
         self.drain(node);
-        self.send(node, thief, Msg::Loot { group, loot }, bytes);
+        self.send_after(node, thief, Msg::Loot { group, loot }, bytes, answer);
     }
 
     /// A steal reply from `from` (or news that the request failed) reached `node`.
     fn loot(&mut self, node: u32, from: u32, group: u32, loot: Vec<Stolen<Body>>) {
         let now = self.instant();
         let round = self.round(node);
+        let nodes = self.nodes.len();
+        let home_site = self.nodes[node as usize].site;
+        let home_work = loot.iter().any(|stolen| {
+            node_of(nodes, stolen.id.origin())
+                .is_some_and(|origin| self.nodes[origin as usize].site == home_site)
+        });
         let group_state = &mut self.nodes[node as usize].groups[group as usize];
         // No victim: the request was abandoned when its victim was declared
         // dead, and this reply left before it died.
@@ -1300,6 +1373,9 @@ impl<'a> Engine<'a> {
             group_state
                 .throttle
                 .replied(&victim, loot.len(), round, now);
+            if home_work {
+                group_state.throttle.found_home_work();
+            }
         }
         if loot.is_empty() {
             self.messages.empty_replies += 1;
@@ -1392,6 +1468,7 @@ impl<'a> Engine<'a> {
                 joined: seconds(joined),
                 died: died.map(seconds),
                 requests_handled: state.requests_handled,
+                answering: seconds(state.answering),
             });
             for (e, exec) in state.executors.iter().enumerate() {
                 let running = exec.call.as_ref().map_or(0, |call| makespan - call.start);

@@ -57,8 +57,9 @@ mod model;
 mod report;
 mod workload;
 
-pub use compare::{compare_strategies, ComparisonRow, ComparisonSetup};
-pub use model::{ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink, WideSteal};
+pub use crate::net::WideSteal;
+pub use compare::{compare_strategies, compare_wide_steal, ComparisonRow, ComparisonSetup};
+pub use model::{AnswerCost, ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink};
 pub use report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,
 };

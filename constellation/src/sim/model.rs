@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use crate::context::ExecutorContext;
-use crate::net::Strategy;
+use crate::net::{Strategy, WideSteal};
 
 /// A network link: a fixed latency plus a transfer time.
 ///
@@ -204,17 +204,29 @@ impl NodeSpec {
     }
 }
 
-/// How many activities a hierarchical steal from another site asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WideSteal {
-    /// As many as the thief has idle executors for: work stays on its site
-    /// while that site has some (the net driver's rule).
-    #[default]
-    IdleExecutors,
-    /// Up to [`Model::max_steal`], as for a steal within the site: a what-if
-    /// for trying another rule before changing the net driver.
-    MaxSteal,
+/// The scheduler time a node spends on one steal request: a fixed part
+/// and a part per activity it hands over. A victim answers its requests
+/// one after another, so requests that arrive faster than it answers them
+/// wait; this is what makes a master saturate.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct AnswerCost {
+    /// Seconds per request, whatever it carries.
+    pub per_request: f64,
+    /// Seconds per activity handed over (taking it from the queue,
+    /// keeping a copy, encoding it).
+    pub per_activity: f64,
+}
+
+impl AnswerCost {
+    /// Seconds to answer a request that hands over `activities`.
+    pub fn seconds(&self, activities: usize) -> f64 {
+        self.per_request + self.per_activity * activities as f64
+    }
+
+    /// Whether answering costs anything at all.
+    pub fn is_free(&self) -> bool {
+        self.per_request == 0.0 && self.per_activity == 0.0
+    }
 }
 
 /// Everything about the simulated platform; the workload is separate
@@ -240,6 +252,10 @@ pub struct Model {
     /// How much a hierarchical steal from another site asks for.
     #[serde(default)]
     pub wide_steal: WideSteal,
+    /// What answering steal requests costs a victim, which answers them one
+    /// at a time: nothing by default, so a node answers any number at once.
+    #[serde(default)]
+    pub answer_cost: AnswerCost,
     /// How many times an activity may be handed out before it is given up
     /// when the nodes running it die.
     pub max_attempts: u32,
@@ -287,7 +303,8 @@ impl Model {
             strategy: Strategy::Random,
             master: 0,
             max_steal: 256,
-            wide_steal: WideSteal::IdleExecutors,
+            wide_steal: WideSteal::default(),
+            answer_cost: AnswerCost::default(),
             max_attempts: 3,
             failure_timeout: 3.0,
             early_event_wait: 10.0,
@@ -391,6 +408,11 @@ impl Model {
         if self.max_steal == 0 {
             return bad("max_steal must be at least 1".into());
         }
+        non_negative(self.answer_cost.per_request, "the answer cost per request")?;
+        non_negative(
+            self.answer_cost.per_activity,
+            "the answer cost per activity",
+        )?;
         if self.max_attempts == 0 {
             return bad("max_attempts must be at least 1".into());
         }

@@ -81,6 +81,9 @@ pub struct NodeSummary {
     pub died: Option<f64>,
     /// Steal requests it answered (asked by other nodes).
     pub requests_handled: u64,
+    /// Seconds it spent answering them, by the model's answer cost.
+    #[serde(default)]
+    pub answering: f64,
 }
 
 /// Messages between nodes and data transfers.
