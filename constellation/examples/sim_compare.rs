@@ -11,8 +11,10 @@
 use std::time::Instant;
 
 use clap::Parser;
+use constellation::net::Strategy;
 use constellation::sim::{
-    compare_strategies, compare_wide_steal, AnswerCost, ComparisonRow, ComparisonSetup, WideSteal,
+    compare_one, compare_strategies, compare_wide_steal, AnswerCost, ComparisonRow,
+    ComparisonSetup, WideSteal,
 };
 
 #[derive(Parser)]
@@ -45,6 +47,12 @@ struct Args {
     /// Mean seconds per activity (each takes 0.5 to 1.5 times that).
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// Every site starts with an equal share of the bag (submitted there by
+    /// a seeding activity only that site runs) instead of all of it at the
+    /// master; master-worker is left out, as its workers never steal from
+    /// each other.
+    #[arg(long)]
+    every_site: bool,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -71,7 +79,15 @@ fn main() -> anyhow::Result<()> {
                 per_activity: args.answer_per_activity,
             };
             let started = Instant::now();
-            let mut found = compare_strategies(&setup)?;
+            setup.every_site = args.every_site;
+            let mut found = if args.every_site {
+                vec![
+                    compare_one(&setup, Strategy::Random)?,
+                    compare_one(&setup, Strategy::Hierarchical)?,
+                ]
+            } else {
+                compare_strategies(&setup)?
+            };
             for &wide_steal in &args.what_if {
                 found.push(compare_wide_steal(&setup, wide_steal)?);
             }

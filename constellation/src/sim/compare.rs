@@ -9,7 +9,7 @@ use super::model::{AnswerCost, Link, Model, NodeSpec, Site};
 use super::report::SimReport;
 use super::workload::{ActivitySpec, Kind, Workload};
 use super::{simulate, SimError};
-use crate::context::{ContextList, ExecutorContext};
+use crate::context::{Context, ContextList, ExecutorContext};
 use crate::net::{Strategy, WideSteal};
 
 /// A pool and a bag of work to compare the strategies on.
@@ -21,8 +21,16 @@ pub struct ComparisonSetup {
     pub executors_per_node: usize,
     /// Sites; nodes are dealt to them in turn.
     pub sites: usize,
-    /// Activities in the bag, all submitted at the master (node 0, site 0).
+    /// Activities in the bag, all submitted at the master (node 0, site 0)
+    /// unless [`every_site`](Self::every_site) says otherwise.
     pub activities: usize,
+    /// Whether every site starts with an equal share of the bag, as when
+    /// each site holds its own data, instead of all of it at the master. A
+    /// seeding activity per site, which only that site's executors run
+    /// (they offer `site:N` before `anywhere`), submits the site's share
+    /// there; the shares are stealable like the rest.
+    #[serde(default)]
+    pub every_site: bool,
     /// Mean seconds per activity; each takes 0.5 to 1.5 times the mean.
     pub mean_seconds: f64,
     /// The link within each site.
@@ -51,6 +59,7 @@ impl ComparisonSetup {
             executors_per_node: 8,
             sites,
             activities: executors * 100,
+            every_site: false,
             mean_seconds: 1.0,
             within: Link::cluster(),
             wide_area: Link::wide_area(),
@@ -76,11 +85,17 @@ impl ComparisonSetup {
             let count = left.min(per_node);
             left -= count;
             let index = nodes.len();
+            let site = index % sites.len();
+            let context = if self.every_site {
+                ExecutorContext::new([site_context(site), Context::anywhere()])
+            } else {
+                ExecutorContext::anywhere()
+            };
             nodes.push(NodeSpec::uniform(
                 format!("node{index}"),
-                index % sites.len(),
+                site,
                 count,
-                ExecutorContext::anywhere(),
+                context,
             ));
         }
         let mut model = Model::new(sites, nodes)
@@ -99,13 +114,39 @@ impl ComparisonSetup {
         let mut workload = Workload::new();
         let kind = workload.add_kind(Kind::new("task"));
         let mut rng = StdRng::seed_from_u64(self.seed);
-        for _ in 0..self.activities {
+        let mut tasks = (0..self.activities).map(|_| {
             let seconds = self.mean_seconds * rng.gen_range(0.5..1.5);
-            workload
-                .add_root(ActivitySpec::new(kind, seconds).with_contexts(ContextList::anywhere()));
+            ActivitySpec::new(kind, seconds).with_contexts(ContextList::anywhere())
+        });
+        if !self.every_site {
+            for task in tasks {
+                workload.add_root(task);
+            }
+            return workload;
+        }
+        let seed_kind = workload.add_kind(Kind::new("seed"));
+        let sites = self.sites.max(1);
+        for site in 0..sites {
+            // Shares differ by at most one activity.
+            let share = self.activities / sites + usize::from(site < self.activities % sites);
+            let children: Vec<u32> = (tasks.by_ref().take(share))
+                .map(|task| workload.add(task))
+                .collect();
+            let contexts = ContextList::any_of([site_context(site)]);
+            workload.add_root(
+                ActivitySpec::new(seed_kind, 0.0)
+                    .with_contexts(contexts)
+                    .with_stage(children),
+            );
         }
         workload
     }
+}
+
+/// The context only the executors of `site` offer in an
+/// [`every_site`](ComparisonSetup::every_site) setup.
+fn site_context(site: usize) -> Context {
+    Context::new(&format!("site:{site}"))
 }
 
 /// One strategy's figures on one setup.
@@ -225,21 +266,24 @@ impl ComparisonRow {
     }
 }
 
+/// Runs the setup's bag under one strategy.
+pub fn compare_one(setup: &ComparisonSetup, strategy: Strategy) -> Result<ComparisonRow, SimError> {
+    let model = setup.model(strategy);
+    let report = simulate(&model, &setup.workload())?;
+    Ok(ComparisonRow::from_report(setup, &model, &report))
+}
+
 /// Runs the setup's bag under master-worker, random and hierarchical
 /// stealing, in that order.
 pub fn compare_strategies(setup: &ComparisonSetup) -> Result<Vec<ComparisonRow>, SimError> {
-    let workload = setup.workload();
-    let mut rows = Vec::new();
-    for strategy in [
+    [
         Strategy::MasterWorker,
         Strategy::Random,
         Strategy::Hierarchical,
-    ] {
-        let model = setup.model(strategy);
-        let report = simulate(&model, &workload)?;
-        rows.push(ComparisonRow::from_report(setup, &model, &report));
-    }
-    Ok(rows)
+    ]
+    .into_iter()
+    .map(|strategy| compare_one(setup, strategy))
+    .collect()
 }
 
 /// Runs the setup's bag under hierarchical stealing with another rule for
@@ -252,9 +296,7 @@ pub fn compare_wide_steal(
         wide_steal,
         ..setup.clone()
     };
-    let model = setup.model(Strategy::Hierarchical);
-    let report = simulate(&model, &setup.workload())?;
-    let mut row = ComparisonRow::from_report(&setup, &model, &report);
+    let mut row = compare_one(&setup, Strategy::Hierarchical)?;
     row.label = format!("hier-{wide_steal}");
     Ok(row)
 }

@@ -58,7 +58,9 @@ mod report;
 mod workload;
 
 pub use crate::net::WideSteal;
-pub use compare::{compare_strategies, compare_wide_steal, ComparisonRow, ComparisonSetup};
+pub use compare::{
+    compare_one, compare_strategies, compare_wide_steal, ComparisonRow, ComparisonSetup,
+};
 pub use model::{AnswerCost, ExecutorSpec, Link, Model, NodeSpec, Site, SiteLink};
 pub use report::{
     AttemptEnd, AttemptRecord, ExecutorSummary, MessageCounts, NodeSummary, SimReport,

@@ -845,3 +845,42 @@ fn answer_costs_must_not_be_negative() {
     let error = simulate(&model, &Workload::bag(1, 1.0, ContextList::anywhere())).unwrap_err();
     assert!(error.to_string().contains("answer cost"), "{error}");
 }
+
+#[test]
+fn with_work_at_every_site_hierarchical_stealing_keeps_it_there() {
+    let mut setup = ComparisonSetup::new(256, 4);
+    setup.activities = 4 * 640;
+    setup.every_site = true;
+    let workload = setup.workload();
+    assert_eq!(workload.roots.len(), 4, "one seeding activity per site");
+    let run = |strategy| {
+        let model = setup.model(strategy);
+        simulate(&model, &workload).unwrap()
+    };
+    let random = run(Strategy::Random);
+    let hierarchical = run(Strategy::Hierarchical);
+    for report in [&random, &hierarchical] {
+        // The shares and their seeds.
+        assert_eq!(report.completed, 4 * 640 + 4);
+        assert_eq!(report.lost, 0);
+    }
+    // Each seed ran on its own site, so each site submitted its share.
+    let seed_kind = hierarchical.kinds.iter().position(|k| k == "seed").unwrap();
+    for record in completed(&hierarchical) {
+        if record.kind as usize == seed_kind {
+            let node = &hierarchical.nodes[record.node as usize];
+            assert!(
+                hierarchical.context_lists[record.contexts as usize]
+                    .contains(&format!("site:{}", node.site)),
+                "{record:?}"
+            );
+        }
+    }
+    assert!(
+        hierarchical.messages.wide_area_moved * 4 < random.messages.wide_area_moved,
+        "hierarchical moved {} activities between sites, random {}",
+        hierarchical.messages.wide_area_moved,
+        random.messages.wide_area_moved
+    );
+    assert!(hierarchical.makespan < 1.1 * random.makespan);
+}
