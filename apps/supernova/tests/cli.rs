@@ -221,6 +221,21 @@ fn eval_reproduces_scenario_2_and_writes_journals_the_report_reads() {
         .output()
         .unwrap();
     assert!(report.status.success(), "{}", text(&report));
+    // Rows are executor time: a suspended pair holds no executor, so the
+    // executors are never busier than all of them at once.
+    let summary = text(&report);
+    let use_line = (summary.lines())
+        .find(|line| line.trim_start().starts_with("mean use"))
+        .unwrap_or_else(|| panic!("no mean use line:\n{summary}"));
+    let executor_use: f64 = use_line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|share| share.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("unreadable: {use_line}"));
+    assert!(
+        (50.0..=100.0).contains(&executor_use),
+        "many-task on 48 executors: {use_line}"
+    );
 
     let bad = supernova(&["eval", "scenario1", "--seeds", "0"], &dir);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
