@@ -1154,7 +1154,9 @@ impl<'a> Engine<'a> {
         match msg {
             Msg::Steal { group, max } => {
                 let state = &mut self.nodes[to as usize];
-                if state.answering_until > self.now {
+                // Those that came earlier go first: while any wait, an
+                // `Answered` is due that will take them in order.
+                if state.answering_until > self.now || !state.waiting.is_empty() {
                     state.waiting.push_back((from, group, max));
                 } else {
                     self.export(to, from, group, max);
