@@ -324,6 +324,41 @@ fn hierarchical_stealing_keeps_work_on_its_site() {
 }
 
 #[test]
+fn a_site_that_stays_dry_takes_growing_batches_from_another() {
+    // All work is on site a; site b has none of its own, so under the
+    // doubling rule its requests grow, and under the old rule each brings
+    // at most what its two executors can start.
+    let mut per_request = Vec::new();
+    for wide_steal in ["doubling", "idle-executors"] {
+        let rule = ["--wide-steal", wide_steal];
+        let (result, stats) = run_pool(
+            "hierarchical",
+            "bag:3000:300",
+            &[&rule[..], &["--site", "a"]].concat(),
+            &[&[&rule[..], &["--site", "b"]].concat()],
+        );
+        assert_eq!(result["missing"], 0, "{result}");
+        assert_eq!(sum(&stats, "bag_runs"), 3000, "{stats:?}");
+        let thief = &stats[1];
+        let imported = thief["imported"].as_u64().unwrap();
+        let requests = thief["steal_requests"].as_u64().unwrap();
+        assert!(imported > 0, "site b ran nothing: {thief}");
+        println!("{wide_steal}: site b imported {imported} in {requests} requests");
+        if wide_steal == "doubling" {
+            // Two executors of four: the dry site does its part.
+            assert!(imported >= 750, "site b ran {imported} of 3000");
+        }
+        per_request.push(imported as f64 / requests as f64);
+    }
+    let (doubling, idle) = (per_request[0], per_request[1]);
+    assert!(idle <= 2.0, "one per idle executor: {idle}");
+    assert!(
+        doubling > 4.0 * idle,
+        "doubling brought {doubling} per request, the old rule {idle}"
+    );
+}
+
+#[test]
 fn killing_a_worker_mid_run_loses_nothing_and_counts_reexecutions() {
     let mut master = Proc::start(
         "master",

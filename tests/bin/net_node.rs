@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use constellation::collect::{MultiEventCollector, SingleEventCollector};
-use constellation::net::{key, Node, NodeConfig, Strategy};
+use constellation::net::{key, Node, NodeConfig, Strategy, WideSteal};
 use constellation::{ContextList, ExecutorContext, Pool};
 use constellation_workloads::{
     fib_sequential, BagItem, BagReport, Fib, TimedPlayer, Trivial, BAG_RUNS,
@@ -64,6 +64,10 @@ struct Args {
     /// Most activities per steal reply.
     #[arg(long, default_value_t = 256)]
     max_steal: usize,
+    /// How much a hierarchical steal from another site asks for: doubling,
+    /// idle-executors or max-steal.
+    #[arg(long, default_value = "doubling")]
+    wide_steal: WideSteal,
     /// Wait for this many members (this one included) before the workload.
     #[arg(long, default_value_t = 1)]
     members: usize,
@@ -98,6 +102,7 @@ fn main() -> Result<()> {
         master: args.master,
         failure_timeout: Duration::from_millis(args.failure_timeout_ms),
         max_steal: args.max_steal,
+        wide_steal: args.wide_steal,
         steal_pool: args.steal_pool.clone(),
         steal_from: args.steal_from.clone(),
         max_attempts: args.max_attempts,
