@@ -78,8 +78,8 @@ fn main() -> anyhow::Result<()> {
                 per_request: args.answer_per_request,
                 per_activity: args.answer_per_activity,
             };
-            let started = Instant::now();
             setup.every_site = args.every_site;
+            let started = Instant::now();
             let mut found = if args.every_site {
                 vec![
                     compare_one(&setup, Strategy::Random)?,

@@ -9,8 +9,8 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use constellation::net::Strategy;
 use constellation::sim::{
-    compare_one, compare_strategies, compare_wide_steal, simulate, ComparisonRow, ComparisonSetup,
-    WideSteal, Workload,
+    compare_one, compare_strategies, compare_wide_steal, simulate, AnswerCost, ComparisonRow,
+    ComparisonSetup, WideSteal, Workload,
 };
 use supernova::eval::{self, scenarios, steps::StepModel, Profile};
 
@@ -235,7 +235,7 @@ fn strategies() -> Result<()> {
 /// activities/s, 3.77 µs each. Both include the transport and the thief's
 /// side, so they overstate the master's share: a real master saturates no
 /// earlier than the table says.
-const MEASURED_ANSWER_COST: constellation::sim::AnswerCost = constellation::sim::AnswerCost {
+const MEASURED_ANSWER_COST: AnswerCost = AnswerCost {
     per_request: 80.5e-6,
     per_activity: 3.77e-6,
 };

@@ -183,10 +183,9 @@ pub struct Throttle {
     not_before: Option<Instant>,
     min_backoff: Duration,
     max_backoff: Duration,
-    /// How many activities the request in flight asked for, and whether
-    /// it went to another site under hierarchical stealing.
-    asked: usize,
-    asked_wide: bool,
+    /// How many activities the request in flight asked for, if it went to
+    /// another site under hierarchical stealing.
+    wide_ask: Option<usize>,
     /// Full cross-site replies since work of the own site was last found:
     /// the next cross-site request asks for 2^this times the idle executors.
     wide_doublings: u32,
@@ -215,8 +214,7 @@ impl Throttle {
             not_before: None,
             min_backoff: min,
             max_backoff: max.max(min),
-            asked: 0,
-            asked_wide: false,
+            wide_ask: None,
             wide_doublings: 0,
         }
     }
@@ -296,18 +294,18 @@ impl Throttle {
         max_steal: usize,
     ) -> usize {
         let max_steal = max_steal.max(1);
-        self.asked_wide = strategy == Strategy::Hierarchical && !victim.same_site;
-        self.asked = if !self.asked_wide {
-            max_steal
-        } else {
-            let idle = idle.max(1);
-            match wide {
-                WideSteal::IdleExecutors => idle.min(max_steal),
-                WideSteal::MaxSteal => max_steal,
-                WideSteal::Doubling => idle.saturating_mul(1 << self.wide_doublings).min(max_steal),
-            }
+        if strategy != Strategy::Hierarchical || victim.same_site {
+            self.wide_ask = None;
+            return max_steal;
+        }
+        let idle = idle.max(1);
+        let size = match wide {
+            WideSteal::IdleExecutors => idle.min(max_steal),
+            WideSteal::MaxSteal => max_steal,
+            WideSteal::Doubling => idle.saturating_mul(1 << self.wide_doublings).min(max_steal),
         };
-        self.asked
+        self.wide_ask = Some(size);
+        size
     }
 
     /// The reply to the request in flight came from `victim` with `loot`
@@ -315,12 +313,11 @@ impl Throttle {
     /// victims there are to try before backing off.
     pub fn replied<P>(&mut self, victim: &Candidate<P>, loot: usize, round: usize, now: Instant) {
         self.in_flight = false;
-        if self.asked_wide && loot >= self.asked.max(1) {
+        if self.wide_ask.take().is_some_and(|asked| loot >= asked) {
             // The victim had at least twice as much (replies carry at most
             // half a queue) and this site is still dry: ask for more.
             self.wide_doublings = (self.wide_doublings + 1).min(MAX_WIDE_DOUBLINGS);
         }
-        self.asked_wide = false;
         if loot > 0 {
             self.misses = 0;
             self.site_misses = 0;

@@ -222,11 +222,6 @@ impl AnswerCost {
     pub fn seconds(&self, activities: usize) -> f64 {
         self.per_request + self.per_activity * activities as f64
     }
-
-    /// Whether answering costs anything at all.
-    pub fn is_free(&self) -> bool {
-        self.per_request == 0.0 && self.per_activity == 0.0
-    }
 }
 
 /// Everything about the simulated platform; the workload is separate
