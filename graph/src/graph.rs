@@ -1,9 +1,9 @@
 //! From a graph file to a checked graph of shell activities.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use constellation::{Context, ContextList};
@@ -198,18 +198,119 @@ impl Graph {
         if !errors.list.is_empty() {
             return Err(errors.finish());
         }
+        let read_from = graph.add_file_dependencies(&raw, &mut errors);
+        if !errors.list.is_empty() {
+            return Err(errors.finish());
+        }
         if let Some(cycle) = graph.find_cycle() {
             let names: Vec<&str> = cycle.iter().map(|&n| graph.nodes[n].id.as_str()).collect();
+            // Each link, at the field that makes it: `after`, or `inputs`
+            // for a file another activity writes.
+            let link = |k: usize| {
+                let previous = (k + cycle.len() - 1) % cycle.len();
+                match read_from.get(&(cycle[k], cycle[previous])) {
+                    Some(file) => (
+                        "inputs",
+                        format!(
+                            " (it reads `{}`, which `{}` writes)",
+                            file.display(),
+                            names[previous]
+                        ),
+                    ),
+                    None => ("after", String::new()),
+                }
+            };
+            let shown = cycle.len().min(10);
+            let places: Vec<String> = (0..shown)
+                .map(|k| {
+                    let node = &graph.nodes[cycle[k]];
+                    let (field, why) = link(k);
+                    format!(
+                        "`{}` at {}{why}",
+                        node.id,
+                        errors.place(node.entry, field, &raw.activities[node.entry].id)
+                    )
+                })
+                .collect();
             let first = graph.nodes[cycle[0]].entry;
             let message = format!(
-                "the dependencies form a cycle: {} -> {}",
+                "the dependencies form a cycle: {} -> {}; {}{}",
                 names.join(" -> "),
-                names[0]
+                names[0],
+                places.join(", "),
+                if cycle.len() > shown { ", ..." } else { "" }
             );
-            errors.at_field(first, &raw.activities[first], "after", message);
+            errors.at_field(first, &raw.activities[first], link(0).0, message);
             return Err(errors.finish());
         }
         Ok(graph)
+    }
+
+    /// Makes every activity that reads a file run after the one that
+    /// writes it, and refuses a file written by two activities: which
+    /// version a reader got would depend on timing. Paths are compared as
+    /// the activities resolve them: relative to their `cwd`, with `.` and
+    /// `..` taken out (symbolic links are not followed: nothing exists yet).
+    ///
+    /// Returns the edges it added, (reader, writer), with the file, for
+    /// naming a cycle they close.
+    fn add_file_dependencies(
+        &mut self,
+        raw: &RawGraph,
+        errors: &mut Errors,
+    ) -> HashMap<(usize, usize), PathBuf> {
+        let mut writer: HashMap<PathBuf, usize> = HashMap::new();
+        // A sweep writing one file from every instance would repeat the
+        // same error thousands of times: one per pair of entries.
+        let mut reported: HashSet<(usize, usize)> = HashSet::new();
+        for (n, node) in self.nodes.iter().enumerate() {
+            for output in &node.outputs {
+                let file = resolved_path(node.spec.cwd.as_deref(), output);
+                match writer.get(&file) {
+                    Some(&other) if other != n => {
+                        let first = &self.nodes[other];
+                        if reported.insert((first.entry, node.entry)) {
+                            let entry = &raw.activities[node.entry];
+                            let message = format!(
+                                "`{}` writes `{}`, and so does `{}` at {}: give each file one producer",
+                                node.id,
+                                output.display(),
+                                first.id,
+                                errors.place(first.entry, "outputs", &raw.activities[first.entry].id)
+                            );
+                            errors.at_field(node.entry, entry, "outputs", message);
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        writer.insert(file, n);
+                    }
+                }
+            }
+        }
+        let mut read_from = HashMap::new();
+        if writer.is_empty() {
+            return read_from;
+        }
+        for (n, node) in self.nodes.iter_mut().enumerate() {
+            let before = node.after.len();
+            for input in &node.inputs {
+                let file = resolved_path(node.spec.cwd.as_deref(), input);
+                if let Some(&from) = writer.get(&file) {
+                    // Reading a file it writes itself is updating it in
+                    // place. `after` is sorted up to `before`.
+                    if from != n && node.after[..before].binary_search(&from).is_err() {
+                        node.after.push(from);
+                        read_from.entry((n, from)).or_insert_with(|| input.clone());
+                    }
+                }
+            }
+            if node.after.len() > before {
+                node.after.sort_unstable();
+                node.after.dedup();
+            }
+        }
+        read_from
     }
 
     /// The node with this id.
@@ -275,6 +376,32 @@ impl Graph {
             at = next;
         }
     }
+}
+
+/// `path` as an activity with working directory `cwd` opens it, written
+/// plainly: `work/./a/../x` and `work/x` are one file. Relative paths stay
+/// relative to the directory the run starts in.
+fn resolved_path(cwd: Option<&Path>, path: &Path) -> PathBuf {
+    let joined = match cwd {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    };
+    let mut plain = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => match plain.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    plain.pop();
+                }
+                // `/..` is `/`.
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => plain.push(".."),
+            },
+            other => plain.push(other),
+        }
+    }
+    plain
 }
 
 /// The sweep's instances: variable values and rendered dependency texts.
@@ -413,8 +540,8 @@ fn build(
         }
     };
     let id = render("id", &entry.id, errors)?;
-    if id.trim().is_empty() {
-        errors.at_field(k, entry, "id", "the id is empty".into());
+    if let Err(message) = check_id(&id) {
+        errors.at_field(k, entry, "id", message);
         return None;
     }
     let program = match (&entry.command, &entry.script) {
@@ -472,6 +599,32 @@ fn build(
         entry: k,
         kind: entry.id.clone(),
     })
+}
+
+/// The longest id, in bytes: its output folder name must stay within the
+/// file name limit of 255 bytes, and longer ids are typos or data in the
+/// wrong field.
+pub const MAX_ID_BYTES: usize = 200;
+
+/// Why an id cannot name an activity, its journal rows and its output folder.
+fn check_id(id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        return Err("the id is empty".into());
+    }
+    if id.len() > MAX_ID_BYTES {
+        let start: String = id.chars().take(40).collect();
+        return Err(format!(
+            "the id `{start}…` has {} bytes; at most {MAX_ID_BYTES} are allowed",
+            id.len()
+        ));
+    }
+    if let Some(c) = id.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the id {id:?} contains the control character {:?}; ids are printable text",
+            c
+        ));
+    }
+    Ok(())
 }
 
 /// `"a|b"`, `"a>b"`, `"a,b"`, or a list meaning any of them.
@@ -683,6 +836,20 @@ impl Errors<'_> {
         match self.spans.get(k).and_then(|s| s.after.get(item)).cloned() {
             Some(span) => self.at_span(Some(span), Some((k + 1, entry.id.clone())), message),
             None => self.at_field(k, entry, "after", message),
+        }
+    }
+
+    /// Where entry `k`'s `field` is, for naming a second place in a
+    /// message: `file:line:column`, or the entry's number and id in JSON.
+    fn place(&self, k: usize, field: &str, id: &str) -> String {
+        let span = (self.spans.get(k))
+            .and_then(|s| s.fields.get(field).cloned().or_else(|| s.entry.clone()));
+        match span {
+            Some(span) => {
+                let (line, column) = self.line_column(span.start);
+                format!("{}:{line}:{column}", self.file)
+            }
+            None => format!("{}: activity {} (`{id}`)", self.file, k + 1),
         }
     }
 

@@ -238,3 +238,103 @@ fn a_missing_file_says_so() {
         "{message}"
     );
 }
+
+#[test]
+fn an_activity_reading_a_file_runs_after_the_one_writing_it() {
+    let graph = parse(
+        r#"
+[[activity]]
+id = "b"
+script = "cat x.txt"
+inputs = ["x.txt"]
+
+[[activity]]
+id = "a"
+script = "echo hi > x.txt"
+outputs = ["./x.txt"]
+
+[[activity]]
+id = "c-{i}"
+for = { i = "1..=2" }
+script = "cat ../part-{i}"
+cwd = "sub"
+inputs = ["../part-{i}"]
+
+[[activity]]
+id = "part-{i}"
+for = { i = "1..=2" }
+script = "echo {i} > part-{i}"
+outputs = ["part-{i}"]
+"#,
+    )
+    .unwrap();
+    let index = |id: &str| graph.nodes.iter().position(|n| n.id == id).unwrap();
+    assert_eq!(graph.get("b").unwrap().after, [index("a")]);
+    assert!(graph.get("a").unwrap().after.is_empty());
+    // `sub/../part-2` is `part-2`.
+    assert_eq!(graph.get("c-2").unwrap().after, [index("part-2")]);
+    let order = graph.topological_order();
+    let at = |id: &str| order.iter().position(|&n| n == index(id)).unwrap();
+    assert!(at("a") < at("b") && at("part-1") < at("c-1"), "{order:?}");
+}
+
+#[test]
+fn two_activities_writing_one_file_are_an_error_naming_both() {
+    let message = error(
+        "[[activity]]\nid = \"a\"\ncommand = \"true\"\noutputs = [\"out/x.txt\"]\n\n\
+         [[activity]]\nid = \"b-{i}\"\nfor = { i = \"1..=3\" }\ncommand = \"true\"\ncwd = \"out\"\noutputs = [\"x.txt\"]\n",
+    );
+    // One error for the pair of entries, not one per instance.
+    assert_eq!(
+        message,
+        "pipeline.toml:11:11: `b-1` writes `x.txt`, and so does `a` at pipeline.toml:4:11: \
+         give each file one producer"
+    );
+}
+
+#[test]
+fn a_cycle_through_files_names_each_link_with_its_place() {
+    let message = error(
+        "[[activity]]\nid = \"a\"\ncommand = \"true\"\ninputs = [\"y\"]\noutputs = [\"x\"]\n\n\
+         [[activity]]\nid = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\noutputs = [\"y\"]\n",
+    );
+    assert_eq!(
+        message,
+        "pipeline.toml:10:9: the dependencies form a cycle: b -> a -> b; \
+         `b` at pipeline.toml:10:9, `a` at pipeline.toml:4:10 (it reads `y`, which `b` writes)",
+    );
+}
+
+#[test]
+fn file_dependencies_stay_linear_on_a_large_sweep() {
+    // 100,000 writers, a reader of each, and one activity after all of
+    // them: a scan per file or per dependency would take hours here.
+    let text = r#"
+[[activity]]
+id = "w-{i}"
+for = { i = "1..=100000" }
+command = "true"
+outputs = ["data/{i}.out"]
+
+[[activity]]
+id = "r-{i}"
+for = { i = "1..=100000" }
+command = "true"
+inputs = ["data/{i}.out"]
+
+[[activity]]
+id = "r"
+command = "true"
+after = ["w-*"]
+inputs = ["data/1.out", "data/100000.out"]
+"#;
+    let started = std::time::Instant::now();
+    let graph = parse(text).unwrap();
+    assert_eq!(graph.get("r").unwrap().after.len(), 100_000);
+    assert_eq!(graph.get("r-7").unwrap().after, [6]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
