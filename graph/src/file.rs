@@ -68,9 +68,10 @@ pub enum RawContext {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawDuration {
-    /// Seconds.
-    Seconds(f64),
-    /// `"90s"`, `"10m"`, `"1h30m"`.
+    /// A number without a unit: read only to refuse it with a message that
+    /// says which unit to add, at the place it was written.
+    Number(f64),
+    /// `"90s"`, `"10m"`, `"1h30m"`, `"1:00:00"`.
     Text(String),
 }
 

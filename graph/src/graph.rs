@@ -649,46 +649,15 @@ pub fn parse_context(context: &RawContext) -> Result<ContextList, String> {
     }
 }
 
-/// Seconds, or `"90s"`, `"10m"`, `"2h"`, `"1h30m"`, `"250ms"`.
+/// A duration as [`timefmt::parse_duration`] reads it everywhere: `"250ms"`,
+/// `"90s"`, `"10m"`, `"1h30m"`, `"2d"`, `"1:00:00"`. A bare number is
+/// refused (it used to mean seconds here and minutes on the command line).
 pub fn parse_duration(duration: &RawDuration) -> Result<Duration, String> {
-    match duration {
-        RawDuration::Seconds(s) if s.is_finite() && *s > 0.0 => Ok(Duration::from_secs_f64(*s)),
-        RawDuration::Seconds(s) => Err(format!("timeout must be positive, not {s}")),
-        RawDuration::Text(text) => {
-            let bad = || {
-                format!("bad duration `{text}`: write e.g. `90s`, `10m`, `1h30m` or a number of seconds")
-            };
-            let mut total = Duration::ZERO;
-            let mut rest = text.trim();
-            if rest.is_empty() {
-                return Err(bad());
-            }
-            while !rest.is_empty() {
-                let digits = rest
-                    .find(|c: char| !c.is_ascii_digit() && c != '.')
-                    .ok_or_else(bad)?;
-                let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-                rest = &rest[digits..];
-                let unit_len = rest
-                    .find(|c: char| c.is_ascii_digit())
-                    .unwrap_or(rest.len());
-                let seconds = match rest[..unit_len].trim() {
-                    "ms" => 0.001,
-                    "s" => 1.0,
-                    "m" | "min" => 60.0,
-                    "h" => 3600.0,
-                    "d" => 86400.0,
-                    _ => return Err(bad()),
-                };
-                total += Duration::from_secs_f64(number * seconds);
-                rest = &rest[unit_len..];
-            }
-            if total.is_zero() {
-                return Err(bad());
-            }
-            Ok(total)
-        }
-    }
+    let text = match duration {
+        RawDuration::Number(number) => number.to_string(),
+        RawDuration::Text(text) => text.clone(),
+    };
+    timefmt::parse_duration(&text).map_err(|e| e.to_string())
 }
 
 /// `*` matches any run of characters; everything else matches itself.

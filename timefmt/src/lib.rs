@@ -81,7 +81,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         return Err(DurationError::Empty);
     }
     if is_bare_number(input) {
-        return Err(DurationError::BareNumber(input.to_string()));
+        return Err(if input.starts_with('-') {
+            DurationError::Negative(input.to_string())
+        } else {
+            DurationError::BareNumber(input.to_string())
+        });
     }
     let duration = if is_clock(input) {
         parse_clock(input)?

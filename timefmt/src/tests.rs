@@ -37,7 +37,7 @@ fn clock_forms() {
 
 #[test]
 fn a_bare_number_is_refused_with_both_readings() {
-    for bare in ["30", "1.5", "0", "-5", "+7"] {
+    for bare in ["30", "1.5", "0", "+7"] {
         let err = parse_duration(bare).expect_err(bare);
         assert_eq!(err, DurationError::BareNumber(bare.into()));
         let message = err.to_string();
@@ -87,7 +87,7 @@ fn empty_zero_negative_and_huge_are_refused() {
     for zero in ["0s", "0h0m", "00:00:00", "0-00", "0ms"] {
         assert_eq!(parse_duration(zero), Err(DurationError::Zero(zero.into())));
     }
-    for negative in ["-5s", "-1h", "5m ago"] {
+    for negative in ["-5s", "-1h", "5m ago", "-5", "-0.5"] {
         assert_eq!(
             parse_duration(negative),
             Err(DurationError::Negative(negative.into())),
