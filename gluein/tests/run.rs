@@ -313,7 +313,7 @@ fn bad_input_gets_a_clear_error_and_runs_nothing() {
         (&["cycle.toml"], "the dependencies form a cycle"),
         (
             &["gpu.toml", "-n", "1", "--context", "cpu"],
-            "kernel needs [gpu]",
+            "gpu.toml:4:11: kernel needs [gpu], which no executor offers",
         ),
         (&["gpu.toml", "--relabel", "gpu"], "FROM=TO"),
         (
@@ -345,6 +345,73 @@ fn bad_input_gets_a_clear_error_and_runs_nothing() {
         !dir.join("constellation-runs").exists(),
         "no journal for a refused run"
     );
+}
+
+#[test]
+fn an_activity_reading_a_file_waits_for_the_activity_writing_it() {
+    // No `after`: only `inputs` and `outputs` say that `b` needs `a`. Two
+    // executors, so `b` would start beside `a` and find no file.
+    let dir = workdir("files");
+    std::fs::write(
+        dir.join("files.toml"),
+        r#"
+[[activity]]
+id = "b"
+script = "cat x.txt > y.txt"
+inputs = ["x.txt"]
+outputs = ["y.txt"]
+
+[[activity]]
+id = "a"
+script = "sleep 1; echo written > x.txt.part; mv x.txt.part x.txt"
+cwd = "."
+outputs = ["./x.txt"]
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["files.toml", "-n", "2", "--journal", "j.db"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("y.txt")).unwrap(),
+        "written\n"
+    );
+    assert_eq!(
+        states(&dir.join("j.db")),
+        [
+            ("a".to_string(), ActivityState::Done),
+            ("b".to_string(), ActivityState::Done)
+        ]
+    );
+}
+
+#[test]
+fn an_activity_no_executor_can_run_is_named_at_its_line_and_column() {
+    let dir = workdir("unmatched");
+    std::fs::write(
+        dir.join("places.toml"),
+        "[[activity]]\nid = \"prepare\"\nscript = \"touch ran\"\n\n\
+         [[activity]]\nid = \"kernel-{i}\"\nfor = { i = \"1..=3\" }\nscript = \"touch ran\"\n\
+         context = \"gpu\"\n\n\
+         [[activity]]\nid = \"plain\"\nscript = \"touch ran\"\n",
+    )
+    .unwrap();
+    // One executor offering only `cpu`: neither `gpu` nor the default
+    // context (`anywhere`) is offered.
+    let output = run(
+        &dir,
+        &["places.toml", "-n", "0", "--add-executors", "1:cpu"],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let said = text(&output);
+    for expected in [
+        "places.toml:2:6: prepare needs [anywhere], which no executor offers",
+        "places.toml:9:11: kernel-2 needs [gpu], which no executor offers",
+        "places.toml:12:6: plain needs [anywhere], which no executor offers",
+        "5 activities can run on no executor of this pool; the executors offer:\n  [cpu]",
+    ] {
+        assert!(said.contains(expected), "wanted {expected:?} in {said}");
+    }
+    assert!(!dir.join("ran").exists());
 }
 
 /// Kills the runner with SIGKILL in the middle of a graph, then resumes:

@@ -61,6 +61,8 @@ pub struct Graph {
     /// The activities, in file order, sweeps expanded in place.
     pub nodes: Vec<Node>,
     index: HashMap<String, usize>,
+    /// Per file entry, where to point a user at it: see [`Graph::place`].
+    places: Vec<String>,
 }
 
 impl Graph {
@@ -243,7 +245,18 @@ impl Graph {
             errors.at_field(first, &raw.activities[first], link(0).0, message);
             return Err(errors.finish());
         }
+        graph.places = errors.entry_places(&raw);
         Ok(graph)
+    }
+
+    /// Where node `n` is written, for messages about it after the file
+    /// was checked (an activity no executor offers to run):
+    /// `file:line:column` of its `context` (of its `id` if it has none)
+    /// in TOML, the file, entry number and id in JSON.
+    pub fn place(&self, n: usize) -> &str {
+        self.places
+            .get(self.nodes[n].entry)
+            .map_or("", String::as_str)
     }
 
     /// Makes every activity that reads a file run after the one that
@@ -820,6 +833,32 @@ impl Errors<'_> {
             }
             None => format!("{}: activity {} (`{id}`)", self.file, k + 1),
         }
+    }
+
+    /// [`Graph::place`] of every entry, at one pass over the text: a
+    /// file of 100,000 entries must not be scanned once per entry.
+    fn entry_places(&self, raw: &RawGraph) -> Vec<String> {
+        let line_starts: Vec<usize> = std::iter::once(0)
+            .chain(self.text.match_indices('\n').map(|(at, _)| at + 1))
+            .collect();
+        (raw.activities.iter().enumerate())
+            .map(|(k, entry)| {
+                let span = self.spans.get(k).and_then(|s| {
+                    (s.fields.get("context").or_else(|| s.fields.get("id")))
+                        .cloned()
+                        .or_else(|| s.entry.clone())
+                });
+                match span {
+                    Some(span) => {
+                        let offset = span.start.min(self.text.len());
+                        let line = line_starts.partition_point(|&start| start <= offset);
+                        let column = self.text[line_starts[line - 1]..offset].chars().count() + 1;
+                        format!("{}:{line}:{column}", self.file)
+                    }
+                    None => format!("{}: activity {} (`{}`)", self.file, k + 1, entry.id),
+                }
+            })
+            .collect()
     }
 
     fn line_of_entry(&self, k: usize) -> String {

@@ -373,11 +373,17 @@ fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
 /// on a local pool they would wait forever.
 fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
     let table = MatchTable::new(executors);
-    let unmatched: Vec<String> = graph
-        .nodes
-        .iter()
-        .filter(|node| table.executors_for(&node.spec.context).next().is_none())
-        .map(|node| format!("  {} needs [{}]", node.id, node.spec.context))
+    // Like every other graph error: `file:line:column: ...`, at the context.
+    let unmatched: Vec<String> = (graph.nodes.iter().enumerate())
+        .filter(|(_, node)| table.executors_for(&node.spec.context).next().is_none())
+        .map(|(n, node)| {
+            format!(
+                "{}: {} needs [{}], which no executor offers",
+                graph.place(n),
+                node.id,
+                node.spec.context
+            )
+        })
         .collect();
     if unmatched.is_empty() {
         return Ok(());
@@ -385,15 +391,15 @@ fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Resul
     let offered: Vec<String> = executors.iter().map(|e| format!("  [{e}]")).collect();
     let shown = unmatched.len().min(10);
     bail!(
-        "{} activities can run on no executor of this pool:\n{}{}\nthe executors offer:\n{}\n\
+        "{}{}\n{} activities can run on no executor of this pool; the executors offer:\n{}\n\
          add executors with --context or --add-executors, or retarget with --relabel or --context-file",
-        unmatched.len(),
         unmatched[..shown].join("\n"),
         if unmatched.len() > shown {
-            format!("\n  ... and {} more", unmatched.len() - shown)
+            format!("\n... and {} more", unmatched.len() - shown)
         } else {
             String::new()
         },
+        unmatched.len(),
         offered.join("\n")
     )
 }
@@ -638,8 +644,11 @@ impl Tally {
             NodeReport::Cancelled { .. } => self.cancelled += 1,
             NodeReport::Refused { reason, .. } => {
                 self.failed += 1;
-                self.failures
-                    .push(format!("{}: not run: {reason}", node.id));
+                self.failures.push(format!(
+                    "{}: not run ({}): {reason}",
+                    node.id,
+                    graph.place(report.node())
+                ));
             }
         }
     }
