@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use constellation::collect::MultiEventCollector;
 use constellation::{ExecutorContext, Pool, Resources};
 use executors::shell::{
-    Capture, MpiLauncher, MpiProgram, Output, RetryOn, RetryPolicy, ShellActivity, ShellOutcome,
-    ShellResult, ShellSpec,
+    output_folder_name, Capture, MpiLauncher, MpiProgram, Output, RetryOn, RetryPolicy,
+    ShellActivity, ShellOutcome, ShellResult, ShellSpec,
 };
 
 /// A fresh directory for one test.
@@ -88,12 +88,12 @@ fn output_goes_to_files_in_a_directory_per_activity() {
         ShellSpec::script("echo unnamed").output_dir(&dir),
     ]);
     let named = &results[0];
-    assert_eq!(named.stdout, Output::File(dir.join("step_one/stdout")));
-    assert_eq!(named.stderr, Output::File(dir.join("step_one/stderr")));
+    assert_eq!(named.stdout, Output::File(dir.join("step%2Fone/stdout")));
+    assert_eq!(named.stderr, Output::File(dir.join("step%2Fone/stderr")));
     assert_eq!(text(&named.stdout), "out\n");
     assert_eq!(text(&named.stderr), "err\n");
     let unnamed = results[1].stdout.path().unwrap();
-    let expected_dir = results[1].activity.to_string().replace(':', "_");
+    let expected_dir = output_folder_name(&results[1].activity.to_string());
     assert_eq!(unnamed, &dir.join(expected_dir).join("stdout"));
     assert_eq!(text(&results[1].stdout), "unnamed\n");
     assert!(named.duration > Duration::ZERO);

@@ -37,6 +37,7 @@ pub use coordinator::{Coordinator, NodeReport, COORDINATOR_LABEL};
 pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel, Retargeted};
 
 pub use crate::graph::{
-    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_INSTANCES,
+    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_ID_BYTES,
+    MAX_INSTANCES,
 };
 pub use template::{Template, TemplateError};

@@ -221,6 +221,50 @@ fn each_class_of_bad_file_gets_a_clear_message() {
 }
 
 #[test]
+fn ids_that_cannot_name_a_folder_are_rejected_where_they_are_written() {
+    // A 100,000-character id passed the check and failed at run time with
+    // "File name too long".
+    let long = format!(
+        "[[activity]]\nid = \"ok\"\ncommand = \"true\"\n\n[[activity]]\nid = \"{}\"\ncommand = \"true\"\n",
+        "x".repeat(100_000)
+    );
+    let message = error(&long);
+    assert!(
+        message.starts_with("pipeline.toml:6:6: the id `xxxx")
+            && message.ends_with("has 100000 bytes; at most 200 are allowed"),
+        "{message}"
+    );
+    assert!(message.len() < 200, "the message repeats the id: {message}");
+    // Exactly the limit is fine, in bytes: 100 two-byte letters.
+    parse(&format!(
+        "[[activity]]\nid = \"{}\"\ncommand = \"true\"\n",
+        "α".repeat(100)
+    ))
+    .unwrap();
+    let message = error(&format!(
+        "[[activity]]\nid = \"{}a\"\ncommand = \"true\"\n",
+        "α".repeat(100)
+    ));
+    assert!(
+        message.starts_with("pipeline.toml:2:6: the id `ααα"),
+        "{message}"
+    );
+    // Control characters, written as escapes or arriving from a sweep.
+    assert_eq!(
+        error("[[activity]]\nid = \"a\\tb\"\ncommand = \"true\"\n"),
+        "pipeline.toml:2:6: the id \"a\\tb\" contains the control character '\\t'; ids are printable text"
+    );
+    assert_eq!(
+        error("[[activity]]\nid = \"x-{v}\"\nfor = { v = [\"ok\", \"new\\nline\"] }\ncommand = \"true\"\n"),
+        "pipeline.toml:2:6: the id \"x-new\\nline\" contains the control character '\\n'; ids are printable text"
+    );
+    // Odd but usable ids pass: their output folders are told apart.
+    let graph =
+        parse("[[activity]]\nid = \"a/b\"\ncommand = \"true\"\n\n[[activity]]\nid = \"a_b\"\ncommand = \"true\"\n").unwrap();
+    assert_eq!(graph.nodes.len(), 2);
+}
+
+#[test]
 fn every_error_in_a_file_is_reported_at_once() {
     let message = error(
         "[[activity]]\nid = \"a\"\n\n[[activity]]\nid = \"b\"\ncommand = \"x\"\ntimeout = -1\n",

@@ -53,7 +53,8 @@ use serde::{Deserialize, Serialize};
 pub use mpi_program::{MpiLauncher, MpiProgram};
 pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
 pub use spec::{
-    default_output_dir, Capture, Program, RetryOn, RetryPolicy, ShellSpec, OUTPUT_DIR_VAR,
+    default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
+    MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
 };
 
 /// Set once this process is being taken down around its activities, as

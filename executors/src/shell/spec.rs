@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use constellation::ContextList;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The environment variable that overrides [`default_output_dir`].
 pub const OUTPUT_DIR_VAR: &str = "CONSTELLATION_OUTPUT_DIR";
@@ -331,26 +332,69 @@ impl ShellSpec {
 
     /// The directory that holds this command's `stdout` and `stderr` when
     /// output goes to files under `root`: `root/NAME`, where NAME is the
-    /// spec's name or else `activity`, with characters that do not belong in
-    /// a file name replaced by `_`.
+    /// spec's name or else `activity`, made a file name by
+    /// [`output_folder_name`], so different names never share a folder.
     pub fn output_dir_for(&self, root: &Path, activity: &str) -> PathBuf {
-        let name = self.name.as_deref().unwrap_or(activity);
-        let safe: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.=+,".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let safe = match safe.as_str() {
-            "" | "." | ".." => format!("_{safe}"),
-            _ => safe,
-        };
-        root.join(safe)
+        root.join(output_folder_name(self.name.as_deref().unwrap_or(activity)))
     }
+}
+
+/// The longest folder name [`output_folder_name`] returns: most file
+/// systems allow 255 bytes in one name.
+pub const MAX_FOLDER_NAME: usize = 255;
+
+/// How much of an over-long escaped name is kept, readable, before the hash
+/// that tells such names apart.
+const KEPT_BEFORE_HASH: usize = 200;
+
+/// Characters kept as they are in folder names; everything else is escaped.
+/// `%` (the escape) and `~` (which marks a hashed name) are not among them.
+fn kept_in_folder_name(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"-_.=+,".contains(&byte)
+}
+
+/// A folder name for an activity name, different for different names.
+///
+/// Names of letters, digits and `-_.=+,` stay as they are (`detect-7.r`).
+/// Every other byte becomes `%XX`, its value in hex, and `%` itself too
+/// (`a/b` gives `a%2Fb`, `a_b` stays `a_b`); `""`, `.` and `..`, which are
+/// not usable names, become `%`, `%2E` and `%2E%2E`. Each of these decodes
+/// back to the name, so no two names share a folder. An escaped name longer
+/// than [`MAX_FOLDER_NAME`] keeps its first 200 bytes and ends in `~` and
+/// 32 hex digits of the name's SHA-256: no shorter name contains `~`, and
+/// two long names share a folder only if 128 bits of their hashes agree.
+pub fn output_folder_name(name: &str) -> String {
+    use std::fmt::Write as _;
+    let mut escaped = String::with_capacity(name.len());
+    match name {
+        "" => escaped.push('%'),
+        "." => escaped.push_str("%2E"),
+        ".." => escaped.push_str("%2E%2E"),
+        _ => {
+            for &byte in name.as_bytes() {
+                if kept_in_folder_name(byte) {
+                    escaped.push(byte as char);
+                } else {
+                    let _ = write!(escaped, "%{byte:02X}");
+                }
+            }
+        }
+    }
+    if escaped.len() <= MAX_FOLDER_NAME {
+        return escaped;
+    }
+    // Cut before an escape rather than through it, so the kept part reads right.
+    let mut cut = KEPT_BEFORE_HASH;
+    if let Some(percent) = escaped[cut - 2..cut].rfind('%') {
+        cut = cut - 2 + percent;
+    }
+    escaped.truncate(cut);
+    let digest = Sha256::digest(name.as_bytes());
+    escaped.push('~');
+    for byte in &digest[..16] {
+        let _ = write!(escaped, "{byte:02x}");
+    }
+    escaped
 }
 
 #[cfg(test)]
@@ -384,12 +428,117 @@ mod tests {
         let spec = ShellSpec::command("true");
         assert_eq!(
             spec.output_dir_for(root, "3f2a9c1e:1.42"),
-            Path::new("/out/3f2a9c1e_1.42")
+            Path::new("/out/3f2a9c1e%3A1.42")
         );
         let spec = spec.name("../../etc");
-        assert_eq!(spec.output_dir_for(root, "x"), Path::new("/out/.._.._etc"));
+        assert_eq!(
+            spec.output_dir_for(root, "x"),
+            Path::new("/out/..%2F..%2Fetc")
+        );
         let spec = ShellSpec::command("true").name("..");
-        assert_eq!(spec.output_dir_for(root, "x"), Path::new("/out/_.."));
+        assert_eq!(spec.output_dir_for(root, "x"), Path::new("/out/%2E%2E"));
+        for ordinary in ["detect-7.r", "a_b", "SN_2014J-band.i", "x=1,y+2"] {
+            assert_eq!(output_folder_name(ordinary), ordinary);
+        }
+    }
+
+    /// Reverses the escape of [`output_folder_name`] for names short enough
+    /// not to be hashed: the proof that no two of them share a folder.
+    fn decode(folder: &str) -> Vec<u8> {
+        if folder == "%" {
+            return Vec::new();
+        }
+        let bytes = folder.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        out
+    }
+
+    fn assert_usable(folder: &str) {
+        assert!(!folder.is_empty() && folder != "." && folder != "..");
+        assert!(folder.len() <= MAX_FOLDER_NAME, "{} bytes", folder.len());
+        assert!(!folder.contains('/') && !folder.contains('\0'));
+    }
+
+    #[test]
+    fn names_that_clashed_get_folders_of_their_own() {
+        // Each pair shared one folder when odd characters became `_`.
+        for (a, b) in [
+            ("a/b", "a_b"),
+            ("αβ", "γδ"),
+            ("..", "_.."),
+            ("", "_"),
+            (".", "_."),
+        ] {
+            let (fa, fb) = (output_folder_name(a), output_folder_name(b));
+            assert_ne!(fa, fb, "{a:?} and {b:?}");
+            assert_usable(&fa);
+            assert_usable(&fb);
+            assert_eq!(decode(&fa), a.as_bytes());
+            assert_eq!(decode(&fb), b.as_bytes());
+        }
+    }
+
+    #[test]
+    fn every_name_gets_a_usable_folder_no_other_name_gets() {
+        // Names drawn from an alphabet rich in the characters that used to
+        // clash, every length from 0 to 4 over 7 symbols: all 2,801 of them.
+        let alphabet = ["a", "_", "/", ".", "%", "~", "é"];
+        let mut names = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..4 {
+            last = last
+                .iter()
+                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
+                .collect();
+            names.extend(last.iter().cloned());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for name in &names {
+            let folder = output_folder_name(name);
+            assert_usable(&folder);
+            assert_eq!(decode(&folder), name.as_bytes(), "{name:?} -> {folder}");
+            if let Some(other) = seen.insert(folder.clone(), name.clone()) {
+                panic!("{other:?} and {name:?} both get {folder}");
+            }
+        }
+        assert_eq!(seen.len(), 2801);
+    }
+
+    #[test]
+    fn long_names_are_cut_and_told_apart_by_a_hash() {
+        // 200 bytes of Greek escape to 600: too long for a file name.
+        let a = "α".repeat(100);
+        let b = format!("{}β", "α".repeat(99));
+        let (fa, fb) = (output_folder_name(&a), output_folder_name(&b));
+        assert_ne!(fa, fb);
+        assert_usable(&fa);
+        assert_usable(&fb);
+        assert!(fa.starts_with("%CE%B1%CE%B1") && fa.contains('~'), "{fa}");
+        // The cut falls before an escape, never inside one.
+        let kept = fa.split('~').next().unwrap();
+        assert_eq!(decode(kept), "α".repeat(kept.len() / 6).as_bytes());
+        // Stable across runs and versions: the journal of one run and a
+        // resumed run name the same folder.
+        assert_eq!(fa, output_folder_name(&a));
+        let plain = "x".repeat(255);
+        assert_eq!(output_folder_name(&plain), plain);
+        let long_plain = "x".repeat(256);
+        assert_usable(&output_folder_name(&long_plain));
+        assert_ne!(
+            output_folder_name(&long_plain),
+            output_folder_name(&"x".repeat(257))
+        );
     }
 
     #[test]
