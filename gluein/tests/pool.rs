@@ -317,3 +317,159 @@ fn status_shows_the_pool_and_relabel_retargets_a_live_agent() {
         "{why}"
     );
 }
+
+/// Relabels agent `id` of the pool in `dir` to offer `context`.
+fn relabel_agent(dir: &Path, id: &str, context: &str) {
+    let args = [
+        "relabel",
+        "--pool",
+        "pool.json",
+        "--agent",
+        id,
+        "--context",
+        context,
+    ];
+    let out = run(dir, &args);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Waits (at most `limit`) until `dir/name` contains `wanted`.
+fn wait_for_log(dir: &Path, name: &str, wanted: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !log(dir, name).contains(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "no {wanted:?} in {name} after {limit:?}:\n{}",
+            log(dir, name)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts `run` of `count` gpu activities of `seconds` each on the pool,
+/// each touching `dir/done/<prefix>-<n>`, with progress lines in `log`.
+fn spawn_gpu_run(dir: &Path, prefix: &str, count: usize, seconds: f64, log: &str) -> common::Guard {
+    let done = dir.join("done");
+    std::fs::create_dir_all(&done).unwrap();
+    let graph = dir.join(format!("{prefix}.toml"));
+    std::fs::write(
+        &graph,
+        format!(
+            "[[activity]]\nid = \"{prefix}-{{n}}\"\nfor = {{ n = \"1..={count}\" }}\ncontext = \"gpu\"\n\
+             script = \"sleep {seconds}; touch {}/{prefix}-{{n}}\"\n",
+            done.display()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "run",
+        graph.to_str().unwrap(),
+        "--pool",
+        "pool.json",
+        "--wait-agents",
+        "1",
+        "--progress",
+        "lines",
+    ];
+    common::spawn(dir, &args, log)
+}
+
+fn done_count(dir: &Path, prefix: &str) -> usize {
+    std::fs::read_dir(dir.join("done"))
+        .map(|entries| {
+            (entries.flatten())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{prefix}-"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (at most 60 s) until `count` activities of `prefix` are done.
+fn wait_done(dir: &Path, prefix: &str, count: usize, log_name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done_count(dir, prefix) < count {
+        assert!(
+            Instant::now() < deadline,
+            "{count} of {prefix} never done:\n{}",
+            log(dir, log_name)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn work_waiting_for_labels_nobody_offers_is_named_by_progress_status_and_summary() {
+    let dir = scratch("pool-unoffered");
+    let _pool = start_pool(&dir);
+    let _agent = spawn_agent(&dir, 1, "gpu", &["--walltime", "1h"]);
+    let json = status_with_agents(&dir, 1);
+    let agent = (json["members"].as_array().unwrap().iter())
+        .find(|m| m["role"] == "agent")
+        .unwrap();
+    let id = agent["node"].as_str().unwrap().to_string();
+
+    // The only agent is relabelled away from `gpu` while gpu work is left.
+    let mut first = spawn_gpu_run(&dir, "g", 8, 0.3, "first.log");
+    wait_done(&dir, "g", 1, "first.log");
+    relabel_agent(&dir, &id, "cpu");
+    wait_for_log(
+        &dir,
+        "first.log",
+        "waiting for labels no executor offers: gpu (",
+        Duration::from_secs(30),
+    );
+    let status = run(&dir, &["status", "--pool", "pool.json"]);
+    let shown = text(&status);
+    assert!(status.status.success(), "{shown}");
+    let section = shown
+        .split_once("queued waiting for labels no executor offers")
+        .unwrap_or_else(|| panic!("no waiting work in\n{shown}"))
+        .1;
+    assert!(section.contains("\n  gpu "), "{shown}");
+    let json = run(&dir, &["status", "--pool", "pool.json", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let waiting = json["waiting_for_labels"]["gpu"].as_u64().unwrap_or(0);
+    assert!(waiting >= 1, "{json}");
+    // Relabelled back, the agent runs the rest and the run ends well.
+    relabel_agent(&dir, &id, "gpu");
+    let status = wait_exit(&mut first, Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}",
+        log(&dir, "first.log")
+    );
+    assert_eq!(done_count(&dir, "g"), 8);
+    assert!(
+        log(&dir, "first.log").contains("has an executor that offers its labels again"),
+        "{}",
+        log(&dir, "first.log")
+    );
+
+    // Ctrl-C while work waits: the summary says how much, and for what.
+    let mut second = spawn_gpu_run(&dir, "h", 8, 0.3, "second.log");
+    wait_done(&dir, "h", 1, "second.log");
+    relabel_agent(&dir, &id, "cpu");
+    wait_for_log(
+        &dir,
+        "second.log",
+        "waiting for labels no executor offers: gpu (",
+        Duration::from_secs(30),
+    );
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(second.0.id() as i32, libc::SIGINT) };
+    let status = wait_exit(&mut second, Duration::from_secs(30));
+    let said = log(&dir, "second.log");
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "{said}");
+    let summary = said
+        .lines()
+        .find(|l| l.contains("activities not finished"))
+        .unwrap_or_else(|| panic!("no summary of unfinished work in\n{said}"));
+    assert!(
+        summary.contains("waiting for labels no executor offers: gpu ("),
+        "{said}"
+    );
+}

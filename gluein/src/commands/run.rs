@@ -194,6 +194,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut tally = Tally::new(&graph, skipped);
     let expected = graph.nodes.len() - skipped;
+    // Ctrl-C ends the run with its summary, which names what still waits.
+    gluein::signals::catch_stop_signals();
+    let mut interrupted = false;
     if expected > 0 {
         let (collector, reports) = MultiEventCollector::new(expected);
         let collector = collector.on(coordination);
@@ -208,6 +211,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         // and those activities run again on resume (at-least-once).
         let mut updates = Vec::new();
         let mut last_commit = Instant::now();
+        let mut released = Released::new(&graph, &skip);
+        let mut last_offer_check: Option<Instant> = None;
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
             let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
@@ -215,30 +220,50 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             for event in batch.into_iter().flatten() {
                 let report = event_report(event)?;
                 tally.count(&graph, &report);
+                released.settle(&report);
                 updates.push(update_for(&graph, &report));
             }
-            if finished || last_commit.elapsed() >= COMMIT_EVERY {
+            interrupted = gluein::signals::stop_requested();
+            if last_offer_check.is_none_or(|at| at.elapsed() >= OFFER_CHECK_EVERY) || interrupted {
+                last_offer_check = Some(Instant::now());
+                tally.unoffered = released.unoffered(&runner.offered());
+                progress.unoffered(&tally.unoffered);
+            }
+            if finished || interrupted || last_commit.elapsed() >= COMMIT_EVERY {
                 if !updates.is_empty() {
                     journal.record(run, &std::mem::take(&mut updates))?;
                 }
                 last_commit = Instant::now();
                 progress.show(&tally, pool.counts().running, started.elapsed());
             }
-            if finished {
+            if finished || interrupted {
                 break;
             }
         }
         progress.finish(&tally);
     }
-    runner.done();
-    let status = if tally.failed + tally.cancelled > 0 {
+    let status = if interrupted {
+        RunStatus::Interrupted
+    } else if tally.failed + tally.cancelled > 0 {
         RunStatus::Failed
     } else {
         RunStatus::Succeeded
     };
+    if !interrupted {
+        runner.done();
+    }
     journal.end_run(run, status)?;
     print!("{}", tally.summary(started.elapsed()));
     println!("journal: {}", journal_path.display());
+    if interrupted {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        // Not `runner.done()`, which waits for the work in flight, and not
+        // a return, whose drop of the pool waits for it too. Commands still
+        // running are in process groups of their own and go on; `--resume`
+        // runs what they did not finish.
+        std::process::exit(130);
+    }
     Ok(match status {
         RunStatus::Succeeded => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
@@ -252,6 +277,16 @@ enum Runner {
 }
 
 impl Runner {
+    /// What every executor that may run the graph's work offers now: this
+    /// process's, and on a pool every agent's, relabelled ones as they are
+    /// now.
+    fn offered(&self) -> Vec<ExecutorContext> {
+        match self {
+            Runner::Local(pool) => pool.executor_contexts().to_vec(),
+            Runner::Node(node) => pool_executors(node, &node.pool().executor_contexts()),
+        }
+    }
+
     fn pool(&self) -> &Pool {
         match self {
             Runner::Local(pool) => pool,
@@ -331,6 +366,108 @@ fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<ExecutorCon
 
 /// The longest a settled activity waits to be committed to the journal.
 const COMMIT_EVERY: Duration = Duration::from_millis(50);
+
+/// How often the run compares what released work needs with what the
+/// executors offer (a relabel can take a label away at any time).
+const OFFER_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The graph's released activities: all they run after has succeeded, and
+/// they have not finished. Counted per distinct context, so that a check
+/// against what the pool offers costs one match per context, not one per
+/// activity.
+struct Released {
+    /// The distinct contexts of the graph's activities.
+    contexts: Vec<ContextList>,
+    /// Per distinct context, how many activities needing it are released.
+    counts: Vec<usize>,
+    /// Per node, its context's index in `contexts`.
+    context_of: Vec<u32>,
+    /// Per node, how many of its dependencies have not succeeded yet.
+    waiting: Vec<u32>,
+    /// Per node, whether it is released now.
+    released: Vec<bool>,
+    dependants: Vec<Vec<usize>>,
+}
+
+impl Released {
+    /// As the coordinator starts: skipped nodes count as succeeded.
+    fn new(graph: &Graph, skip: &[bool]) -> Released {
+        let mut index: HashMap<&ContextList, u32> = HashMap::new();
+        let mut contexts = Vec::new();
+        let context_of = (graph.nodes.iter())
+            .map(|node| {
+                *index.entry(&node.spec.context).or_insert_with(|| {
+                    contexts.push(node.spec.context.clone());
+                    (contexts.len() - 1) as u32
+                })
+            })
+            .collect();
+        let waiting: Vec<u32> = (graph.nodes.iter())
+            .map(|node| node.after.iter().filter(|&&d| !skip[d]).count() as u32)
+            .collect();
+        let mut released = Released {
+            counts: vec![0; contexts.len()],
+            contexts,
+            context_of,
+            released: vec![false; graph.nodes.len()],
+            dependants: graph.dependants(),
+            waiting,
+        };
+        for node in 0..graph.nodes.len() {
+            if released.waiting[node] == 0 && !skip[node] {
+                released.release(node);
+            }
+        }
+        released
+    }
+
+    fn release(&mut self, node: usize) {
+        self.released[node] = true;
+        self.counts[self.context_of[node] as usize] += 1;
+    }
+
+    /// Takes in one report: the node is done, and on success what waited
+    /// only for it is released.
+    fn settle(&mut self, report: &NodeReport) {
+        let node = report.node();
+        if std::mem::take(&mut self.released[node]) {
+            self.counts[self.context_of[node] as usize] -= 1;
+        }
+        if report.is_success() {
+            for k in 0..self.dependants[node].len() {
+                let dependant = self.dependants[node][k];
+                self.waiting[dependant] -= 1;
+                if self.waiting[dependant] == 0 {
+                    self.release(dependant);
+                }
+            }
+        }
+    }
+
+    /// The released work that no executor in `offered` can run, per
+    /// context, e.g. `[("gpu", 12)]`: it waits until someone offers those
+    /// labels. One still running on an executor relabelled since it
+    /// started counts too, until it ends.
+    fn unoffered(&self, offered: &[ExecutorContext]) -> Vec<(String, usize)> {
+        let table = MatchTable::new(offered);
+        (self.contexts.iter().zip(&self.counts))
+            .filter(|&(context, &count)| count > 0 && table.executors_for(context).next().is_none())
+            .map(|(context, &count)| (context.to_string(), count))
+            .collect()
+    }
+}
+
+/// `12 waiting for labels no executor offers: gpu (12)`.
+fn unoffered_text(unoffered: &[(String, usize)]) -> String {
+    let total: usize = unoffered.iter().map(|(_, n)| n).sum();
+    let each: Vec<String> = (unoffered.iter())
+        .map(|(context, n)| format!("{context} ({n})"))
+        .collect();
+    format!(
+        "{total} waiting for labels no executor offers: {}",
+        each.join(", ")
+    )
+}
 
 /// The coordinator's report in an event.
 fn event_report(event: constellation::Event) -> anyhow::Result<NodeReport> {
@@ -603,6 +740,9 @@ struct Tally {
     durations: BTreeMap<String, Vec<f64>>,
     /// Failure messages, in the order they happened.
     failures: Vec<String>,
+    /// Released work no executor offers to run, per context, when last
+    /// checked.
+    unoffered: Vec<(String, usize)>,
 }
 
 impl Tally {
@@ -616,6 +756,7 @@ impl Tally {
             retried: 0,
             durations: BTreeMap::new(),
             failures: Vec::new(),
+            unoffered: Vec::new(),
         }
     }
 
@@ -674,6 +815,16 @@ impl Tally {
             }
         }
         out.push('\n');
+        let unfinished = run - self.settled();
+        if unfinished > 0 {
+            out.push_str(&format!(
+                "interrupted with {unfinished} activities not finished"
+            ));
+            if !self.unoffered.is_empty() {
+                out.push_str(&format!("; {}", unoffered_text(&self.unoffered)));
+            }
+            out.push('\n');
+        }
         if !self.durations.is_empty() {
             let width = self
                 .durations
@@ -734,7 +885,11 @@ fn failure_text(id: &str, result: &ShellResult) -> String {
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     lines: bool,
+    /// `--progress none`: not even the notices.
+    quiet: bool,
     last_line: Instant,
+    /// The contexts of the last notice about work no executor offers to run.
+    unoffered_labels: Vec<String>,
 }
 
 impl Progress {
@@ -756,15 +911,47 @@ impl Progress {
             lines: bar.is_none()
                 && (mode == ProgressMode::Lines || (mode == ProgressMode::Auto && !terminal)),
             bar,
+            quiet: mode == ProgressMode::None,
             last_line: Instant::now(),
+            unoffered_labels: Vec::new(),
+        }
+    }
+
+    /// Says at once when released work starts (or stops) waiting for
+    /// labels that no executor offers: the bar or a progress line every
+    /// 10 s would show it late, and only a changing ETA would hint at it.
+    fn unoffered(&mut self, unoffered: &[(String, usize)]) {
+        let labels: Vec<&str> = unoffered
+            .iter()
+            .map(|(context, _)| context.as_str())
+            .collect();
+        if labels == self.unoffered_labels {
+            return;
+        }
+        let line = if unoffered.is_empty() {
+            "every released activity has an executor that offers its labels again".to_string()
+        } else {
+            format!(
+                "{}; relabel executors or add some that offer them",
+                unoffered_text(unoffered)
+            )
+        };
+        self.unoffered_labels = labels.into_iter().map(String::from).collect();
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None if !self.quiet => eprintln!("{line}"),
+            None => {}
         }
     }
 
     fn show(&mut self, tally: &Tally, running: usize, elapsed: Duration) {
-        let message = format!(
+        let mut message = format!(
             "running {running}, failed {}, cancelled {}",
             tally.failed, tally.cancelled
         );
+        if !tally.unoffered.is_empty() {
+            message.push_str(&format!(", {}", unoffered_text(&tally.unoffered)));
+        }
         if let Some(bar) = &self.bar {
             bar.set_position(tally.settled() as u64);
             bar.set_message(message);

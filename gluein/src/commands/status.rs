@@ -4,7 +4,7 @@
 //! label nobody asks for), asks every member about itself over the
 //! network, prints the answers and leaves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -26,7 +26,9 @@ Examples:
 The MEMBER column is what `constellation relabel --agent` takes. Queue
 lengths count never-started activities where they wait; one that names
 several labels counts under each. WALLTIME is the time an agent has left
-before its --walltime ends; it stops taking work before then.")]
+before its --walltime ends; it stops taking work before then. Queued work
+for labels that no executor offers (all agents relabelled away, say) is
+listed per label at the end, and under waiting_for_labels in --json.")]
 pub struct StatusArgs {
     #[command(flatten)]
     address: super::PoolAddress,
@@ -78,6 +80,9 @@ struct SilentJson {
 struct StatusJson {
     members: Vec<MemberJson>,
     silent: Vec<SilentJson>,
+    /// Queued work per label that no executor of any member offers: it
+    /// waits until one is relabelled or joins.
+    waiting_for_labels: BTreeMap<String, u64>,
 }
 
 /// Asks every member and prints what they say.
@@ -102,6 +107,9 @@ pub fn main(args: StatusArgs) -> anyhow::Result<ExitCode> {
                     node: node.to_string(),
                     error: error.clone(),
                 })
+                .collect(),
+            waiting_for_labels: (unoffered(&answers).into_iter())
+                .map(|(label, at)| (label, at.iter().map(|(_, n)| n).sum()))
                 .collect(),
         };
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -280,11 +288,50 @@ fn render(answers: &[MemberStatus], silent: &[(NodeId, String)]) -> String {
             ));
         }
     }
+    let unoffered = unoffered(answers);
+    if !unoffered.is_empty() {
+        let width = unoffered.keys().map(String::len).max().unwrap_or(0);
+        let total: u64 = (unoffered.values().flatten()).map(|(_, n)| n).sum();
+        out.push_str(&format!(
+            "\n{total} queued waiting for labels no executor offers (relabel executors, \
+             or start agents that offer them):\n"
+        ));
+        for (label, at) in &unoffered {
+            let total: u64 = at.iter().map(|(_, n)| n).sum();
+            let places: Vec<String> = at.iter().map(|(node, n)| format!("{node}: {n}")).collect();
+            out.push_str(&format!(
+                "  {label:<width$}  {total:>6}  ({})\n",
+                places.join(", ")
+            ));
+        }
+    }
     for (_, error) in silent {
         // The error names the member already.
         out.push_str(&format!("\n{error}\n"));
     }
     out
+}
+
+/// Queued work, per label and member, whose label no executor of any
+/// member offers now, e.g. after every `gpu` agent was relabelled: it
+/// waits in silence otherwise. Counted per label like the queues (an
+/// activity naming several labels counts under each), so one that names
+/// an offered label too can still run.
+fn unoffered(answers: &[MemberStatus]) -> BTreeMap<String, Vec<(NodeId, u64)>> {
+    let offered: HashSet<String> = (answers.iter())
+        .flat_map(|status| status.member.executors.iter())
+        .flat_map(|executor| executor.contexts.iter())
+        .map(|context| context.label.name().to_string())
+        .collect();
+    let mut waiting: BTreeMap<String, Vec<(NodeId, u64)>> = BTreeMap::new();
+    for status in answers {
+        for (label, count) in &status.queued {
+            if *count > 0 && !offered.contains(label) {
+                (waiting.entry(label.clone()).or_default()).push((status.member.node, *count));
+            }
+        }
+    }
+    waiting
 }
 
 /// Consecutive executors with the same labels, as `#0-3` and the labels.
