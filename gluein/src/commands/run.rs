@@ -413,8 +413,8 @@ impl Released {
             dependants: graph.dependants(),
             waiting,
         };
-        for node in 0..graph.nodes.len() {
-            if released.waiting[node] == 0 && !skip[node] {
+        for (node, &skipped) in skip.iter().enumerate() {
+            if released.waiting[node] == 0 && !skipped {
                 released.release(node);
             }
         }
