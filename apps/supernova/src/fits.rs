@@ -85,6 +85,29 @@ pub enum FitsError {
         /// What is wrong with the value.
         reason: String,
     },
+    /// The header claims more pixels than the file holds: a truncated file,
+    /// or a damaged or forged `NAXISn`. Caught before any pixel memory is
+    /// allocated, so a header claiming 100000 x 100000 pixels fails this
+    /// one file instead of aborting the process on a 40 GB allocation.
+    #[error(
+        "{path}: the header claims {width} x {height} pixels of {bytes_per_pixel} bytes, \
+         which needs a file of at least {claimed_bytes} bytes, but the file has {file_bytes} bytes"
+    )]
+    SizeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// `NAXIS1` as the header gives it.
+        width: usize,
+        /// `NAXIS2` as the header gives it.
+        height: usize,
+        /// `|BITPIX| / 8`.
+        bytes_per_pixel: u64,
+        /// Header plus data as the header describes them (saturating at
+        /// `u64::MAX` for sizes no file can have).
+        claimed_bytes: u64,
+        /// The file's actual size.
+        file_bytes: u64,
+    },
     /// The pixels could not be read (a truncated file, say).
     #[error("{path}: cannot read the pixels: {reason}")]
     ReadPixels {
@@ -154,6 +177,7 @@ pub fn read_image(path: &Path) -> Result<(Image, FitsHeader), FitsError> {
         reason: describe(&e),
     })?;
     let (width, height) = image_shape(path, &hdu)?;
+    check_size_against_file(path, &mut file, &hdu, width, height)?;
     let header = read_header(path, &mut file, &hdu)?;
     let pixels: Vec<f32> = hdu
         .read_image(&mut file)
@@ -347,6 +371,80 @@ fn image_shape(path: &Path, hdu: &FitsHdu) -> Result<(usize, usize), FitsError> 
         },
         _ => Err(not_image("the primary HDU is a table".into())),
     }
+}
+
+/// Fails unless the file is long enough for the `width × height` pixels its
+/// header claims. cfitsio and fitsio allocate the whole image before they
+/// read a byte of it, and an allocation that fails aborts the process, so
+/// the header's claim is checked against the file's size first.
+fn check_size_against_file(
+    path: &Path,
+    file: &mut FitsFile,
+    hdu: &FitsHdu,
+    width: usize,
+    height: usize,
+) -> Result<(), FitsError> {
+    let bitpix: i64 = hdu
+        .read_key(file, "BITPIX")
+        .map_err(|e| key_error(path, "BITPIX", e))?;
+    let bytes_per_pixel = match bitpix {
+        8 | 16 | 32 | 64 | -32 | -64 => bitpix.unsigned_abs() / 8,
+        other => {
+            return Err(FitsError::BadKey {
+                path: path.to_path_buf(),
+                key: "BITPIX",
+                reason: format!("{other} is not one of 8, 16, 32, 64, -32, -64"),
+            })
+        }
+    };
+    let data_start = data_offset(file).map_err(|e| FitsError::NotFits {
+        path: path.to_path_buf(),
+        reason: describe(&e),
+    })?;
+    // Padding after the data is not required: some tools write files
+    // without the last block's fill.
+    let claimed_bytes = (width as u64)
+        .checked_mul(height as u64)
+        .and_then(|pixels| pixels.checked_mul(bytes_per_pixel))
+        .and_then(|data| data.checked_add(data_start))
+        .unwrap_or(u64::MAX);
+    let file_bytes = std::fs::metadata(path)
+        .map_err(|e| FitsError::NotFits {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?
+        .len();
+    if claimed_bytes > file_bytes {
+        return Err(FitsError::SizeMismatch {
+            path: path.to_path_buf(),
+            width,
+            height,
+            bytes_per_pixel,
+            claimed_bytes,
+            file_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The byte offset of the current HDU's data unit, which follows its header.
+fn data_offset(file: &mut FitsFile) -> Result<u64, CfitsioError> {
+    let (mut header_start, mut data_start, mut data_end) = (0, 0, 0);
+    let mut status = 0;
+    // SAFETY: `file` owns a valid, open cfitsio handle positioned on the
+    // primary HDU, and the four out-pointers are valid for the call.
+    unsafe {
+        fitsio::sys::ffghadll(
+            file.as_raw(),
+            &mut header_start,
+            &mut data_start,
+            &mut data_end,
+            &mut status,
+        );
+    }
+    fitsio::errors::check_status(status)?;
+    u64::try_from(data_start)
+        .map_err(|_| CfitsioError::Message(format!("data offset {data_start}")))
 }
 
 fn read_header(path: &Path, file: &mut FitsFile, hdu: &FitsHdu) -> Result<FitsHeader, FitsError> {
@@ -593,10 +691,75 @@ mod tests {
         assert!(
             matches!(
                 err,
-                FitsError::ReadPixels { .. } | FitsError::NotFits { .. }
+                FitsError::SizeMismatch {
+                    width: 100,
+                    height: 100,
+                    file_bytes: 8640,
+                    ..
+                }
             ),
             "{err}"
         );
+    }
+
+    /// Overwrites the value of header card `key` (columns 11 to 30, right
+    /// justified, as FITS writes integers) in the file at `path`.
+    fn forge_card(path: &Path, key: &str, value: &str) {
+        let mut bytes = std::fs::read(path).unwrap();
+        let name = format!("{key:<8}=");
+        let card = bytes[..2880]
+            .chunks(80)
+            .position(|card| card.starts_with(name.as_bytes()))
+            .unwrap_or_else(|| panic!("no {key} card"));
+        let at = card * 80 + 10;
+        bytes[at..at + 20].copy_from_slice(format!("{value:>20}").as_bytes());
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn header_claiming_more_pixels_than_the_file_holds_fails_before_allocating() {
+        let dir = test_dir("fits-forged");
+        let path = dir.join("forged.fits");
+        write_image(&path, &odd_image(), &header()).unwrap();
+        let file_bytes = std::fs::metadata(&path).unwrap().len();
+        // 100000 x 100000 f32 pixels: 40 GB, which used to be allocated
+        // (and abort the process) before cfitsio found the file short.
+        forge_card(&path, "NAXIS1", "100000");
+        forge_card(&path, "NAXIS2", "100000");
+        let err = read_image(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FitsError::SizeMismatch {
+                    width: 100_000,
+                    height: 100_000,
+                    bytes_per_pixel: 4,
+                    claimed_bytes: 40_000_002_880,
+                    file_bytes: actual,
+                    ..
+                } if actual == file_bytes
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("forged.fits")
+                && message.contains("100000 x 100000")
+                && message.contains("40000002880")
+                && message.contains(&file_bytes.to_string()),
+            "{message}"
+        );
+
+        // A few rows more than the data and its padding hold are caught as
+        // well (37 x 40 f32 = 5920 bytes, two blocks hold 5760), and a
+        // header that claims fewer pixels than the file holds still reads.
+        forge_card(&path, "NAXIS1", "37");
+        forge_card(&path, "NAXIS2", "40");
+        let err = read_image(&path).unwrap_err();
+        assert!(matches!(err, FitsError::SizeMismatch { .. }), "{err}");
+        forge_card(&path, "NAXIS2", "22");
+        let (image, _) = read_image(&path).unwrap();
+        assert_eq!((image.width(), image.height()), (37, 22));
     }
 
     #[test]
