@@ -96,31 +96,9 @@ pub fn joining(pool: &str, key_file: Option<&Path>) -> anyhow::Result<Joining> {
     Ok(Joining { bootstrap, key })
 }
 
-/// Parses a duration for the command line: `90s`, `30m`, `2h`, `1h30m`,
-/// `1d2h`, or Slurm's `MM`, `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS` (one parser
-/// for walltimes and timeouts alike: [`crate::glidein::parse_walltime`]).
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    crate::glidein::parse_walltime(text).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
-        // A bare number is minutes, as in Slurm.
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45 * 60)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("1x")
-            .unwrap_err()
-            .contains("invalid walltime"));
-        assert!(parse_duration("h").is_err());
-    }
 
     #[test]
     fn a_missing_or_broken_pool_file_says_what_to_do() {

@@ -19,8 +19,9 @@ use clap::Args;
 use constellation::net::{Node, NodeConfig};
 use constellation::Pool;
 use executors::probe::Hardware;
-use gluein::poolfile::{self, parse_duration};
+use gluein::poolfile;
 use gluein::signals;
+use timefmt::parse_duration;
 
 /// Arguments of `constellation agent`.
 #[derive(Args)]

@@ -32,7 +32,7 @@ pub struct GlideinArgs {
     #[arg(
         long,
         global = true,
-        value_parser = glidein::parse_walltime,
+        value_parser = timefmt::parse_duration,
         env = "CONSTELLATION_GLIDEIN_TIMEOUT",
         value_name = "DURATION"
     )]
@@ -73,7 +73,7 @@ struct SubmitArgs {
     #[arg(long, default_value_t = 1)]
     nodes: usize,
     /// The job's walltime, e.g. `2h`, `30m`, `1-00:00:00`.
-    #[arg(long, value_parser = glidein::parse_walltime, value_name = "DURATION")]
+    #[arg(long, value_parser = timefmt::parse_duration, value_name = "DURATION")]
     walltime: Duration,
     /// Executors per agent (default: one per core of its node).
     #[arg(long, value_name = "K")]

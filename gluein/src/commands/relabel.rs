@@ -14,7 +14,7 @@ use constellation::net::{MemberView, Node};
 use constellation::ExecutorContext;
 
 use super::{is_internal, observe, user_labels};
-use gluein::poolfile::parse_duration;
+use timefmt::parse_duration;
 
 /// Arguments of `constellation relabel`.
 #[derive(Args)]

@@ -81,7 +81,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_name = "N", requires = "pool")]
     wait_agents: usize,
     /// With --pool: how long to wait for them (e.g. `60s`, `10m`).
-    #[arg(long, default_value = "60s", value_parser = gluein::poolfile::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
     wait_timeout: Duration,
     /// With --pool: the pool key, if the pool file does not name it.
     #[arg(long, value_name = "FILE", requires = "pool")]

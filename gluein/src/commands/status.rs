@@ -14,7 +14,7 @@ use constellation::NodeId;
 use serde::Serialize;
 
 use super::{is_internal, observe};
-use gluein::poolfile::parse_duration;
+use timefmt::parse_duration;
 
 /// Arguments of `constellation status`.
 #[derive(Args)]

@@ -20,7 +20,6 @@
 pub mod alloc;
 pub mod backoff;
 pub mod direct;
-pub mod duration;
 pub mod pbs;
 pub mod runner;
 pub mod script;
@@ -35,7 +34,6 @@ use thiserror::Error;
 
 pub use alloc::{AllocError, Allocation, AllocationRecord};
 pub use backoff::{BackoffError, Gate, Governor};
-pub use duration::{parse_walltime, DurationError};
 pub use runner::{BackendError, CommandLine, Runner, SystemRunner};
 pub use script::ScriptError;
 pub use spec::{Backend, PbsFlavor, PilotSpec, SpecError};

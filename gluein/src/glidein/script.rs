@@ -25,8 +25,8 @@ use thiserror::Error;
 use crate::glidein::alloc::{
     EXIT_STATUS_FILE, PIDS_FILE, PILOT_PID_FILE, STDERR_FILE, STDOUT_FILE,
 };
-use crate::glidein::duration::{format_pbs, format_slurm};
 use crate::glidein::spec::{Backend, PbsFlavor, PilotSpec};
+use timefmt::{format_clock as format_slurm, format_clock_hours as format_pbs};
 
 /// Options every generated `ssh` call uses: never prompt (there is nobody to
 /// answer), and give up on unreachable hosts quickly.

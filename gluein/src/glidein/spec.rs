@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::glidein::duration::format_secs;
+use timefmt::format_seconds;
 
 /// Percentage of the job walltime reserved for agents to leave cleanly.
 pub const MARGIN_PERCENT: u128 = 5;
@@ -402,7 +402,10 @@ impl PilotSpec {
         if let Some(site) = &self.site {
             cmd.extend(["--site".to_string(), site.clone()]);
         }
-        cmd.extend(["--walltime".to_string(), format_secs(self.agent_walltime())]);
+        cmd.extend([
+            "--walltime".to_string(),
+            format_seconds(self.agent_walltime()),
+        ]);
         cmd
     }
 }
