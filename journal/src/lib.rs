@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// The SQL that creates the journal's tables, with a comment on every column.
 pub const SCHEMA: &str = include_str!("schema.sql");
@@ -39,6 +39,16 @@ pub enum JournalError {
         path: PathBuf,
         /// What was found instead, for the message.
         detail: String,
+    },
+    /// The file is there but cannot be opened or read: permissions, a
+    /// directory that cannot be entered, an I/O error. Not a verdict on
+    /// what the file holds.
+    #[error("cannot open journal {path}: {source}")]
+    Unreadable {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's complaint.
+        source: rusqlite::Error,
     },
     /// `create` found a journal already there.
     #[error("journal {0} already exists; resume it with --resume, or choose another path")]
@@ -286,20 +296,79 @@ impl Journal {
         Ok(journal)
     }
 
-    /// Opens an existing journal, checking that it is one.
+    /// Opens an existing journal to read and write it (resume), checking
+    /// that it is one.
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
         if !path.exists() {
             return Err(JournalError::Missing(path.to_path_buf()));
         }
-        let not_a_journal = |detail: String| JournalError::NotAJournal {
-            path: path.to_path_buf(),
-            detail,
-        };
         let journal = Journal::connect(path).map_err(|error| match error {
-            JournalError::Sqlite { source, .. } => not_a_journal(format!(" ({source})")),
+            JournalError::Sqlite { source, .. } => Journal::classify(path, source),
             other => other,
         })?;
-        let version: Option<String> = journal
+        journal.check_version()?;
+        Ok(journal)
+    }
+
+    /// Opens an existing journal only to read it, as reports do: nothing
+    /// is written, not even SQLite's WAL index when it cannot be, so a
+    /// journal on a read-only medium, or one this user may only read,
+    /// opens too.
+    pub fn open_read_only(path: &Path) -> Result<Journal, JournalError> {
+        if !path.exists() {
+            return Err(JournalError::Missing(path.to_path_buf()));
+        }
+        if path.is_dir() {
+            return Err(JournalError::NotAJournal {
+                path: path.to_path_buf(),
+                detail: " (it is a directory)".to_string(),
+            });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        match Journal::connect_read_only(path, path, flags) {
+            // A WAL database needs its `-shm` index even to be read; where
+            // there is none and the directory cannot be written, SQLite
+            // cannot make one. Then no writer has the file open either (it
+            // would have made the index), so it may be read as immutable,
+            // which needs no index.
+            Err(JournalError::Unreadable { source, .. }) if needs_wal_index(&source) => {
+                let uri = immutable_uri(path).ok_or_else(|| JournalError::Unreadable {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Journal::connect_read_only(path, uri, flags | OpenFlags::SQLITE_OPEN_URI)
+            }
+            other => other,
+        }
+    }
+
+    /// Opens `target` (the journal `path`, or a URI naming it) with
+    /// `flags` and checks that it is a journal.
+    fn connect_read_only(
+        path: &Path,
+        target: impl AsRef<Path>,
+        flags: OpenFlags,
+    ) -> Result<Journal, JournalError> {
+        let conn = Connection::open_with_flags(target, flags)
+            .map_err(|source| Journal::classify(path, source))?;
+        // A run may be writing: wait for its transaction as `connect` does.
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(|source| Journal::classify(path, source))?;
+        let journal = Journal {
+            conn,
+            path: path.to_path_buf(),
+        };
+        journal.check_version()?;
+        Ok(journal)
+    }
+
+    /// Checks that the file is a journal of [`SCHEMA_VERSION`].
+    fn check_version(&self) -> Result<(), JournalError> {
+        let not_a_journal = |detail: String| JournalError::NotAJournal {
+            path: self.path.clone(),
+            detail,
+        };
+        let version: Option<String> = self
             .conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
@@ -307,13 +376,31 @@ impl Journal {
                 |row| row.get(0),
             )
             .optional()
-            .map_err(|e| not_a_journal(format!(" ({e})")))?;
+            .map_err(|error| Journal::classify(&self.path, error))?;
         match version.as_deref().map(str::parse::<i64>) {
-            Some(Ok(SCHEMA_VERSION)) => Ok(journal),
+            Some(Ok(SCHEMA_VERSION)) => Ok(()),
             Some(Ok(other)) => Err(not_a_journal(format!(
                 " of schema version {SCHEMA_VERSION} (it has version {other})"
             ))),
             _ => Err(not_a_journal(" (it has no schema version)".to_string())),
+        }
+    }
+
+    /// Tells a file that is not a journal (not SQLite, or SQLite without
+    /// our tables) from one that could not be opened or read, which says
+    /// nothing about its contents.
+    fn classify(path: &Path, error: rusqlite::Error) -> JournalError {
+        use rusqlite::ErrorCode;
+        match error.sqlite_error_code() {
+            // SQLITE_ERROR ("no such table: meta") and SQLITE_NOTADB.
+            Some(ErrorCode::Unknown | ErrorCode::NotADatabase) => JournalError::NotAJournal {
+                path: path.to_path_buf(),
+                detail: format!(" ({error})"),
+            },
+            _ => JournalError::Unreadable {
+                path: path.to_path_buf(),
+                source: error,
+            },
         }
     }
 
@@ -627,3 +714,31 @@ fn json_list(items: &[String]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether opening read-only failed for want of a WAL index (`-shm`) that
+/// SQLite could not create: SQLITE_CANTOPEN, or SQLITE_READONLY_CANTINIT
+/// and its kin.
+fn needs_wal_index(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+    )
+}
+
+/// `path` as an SQLite URI that opens it immutable; `None` for a path
+/// that is not UTF-8, which a URI cannot carry.
+fn immutable_uri(path: &Path) -> Option<String> {
+    let path = std::path::absolute(path).ok()?;
+    let mut uri = String::from("file:");
+    for c in path.to_str()?.chars() {
+        // The characters a URI path gives a meaning to.
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    Some(uri)
+}

@@ -32,7 +32,7 @@ pub struct ReportArgs {
 
 /// Prints the report, and draws the plot if asked.
 pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let journal = Journal::open(&args.journal)?;
+    let journal = Journal::open_read_only(&args.journal)?;
     let report = Report::from_journal(&journal, args.run)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
