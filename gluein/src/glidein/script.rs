@@ -188,6 +188,14 @@ fn finish(lines: Vec<String>) -> String {
 
 /// Slurm: directives, then one `srun` step with one agent task per node.
 /// `--kill-on-bad-exit=0` keeps the other agents running if one dies.
+///
+/// The agent's cores are asked for: a task gets one CPU by default, and on
+/// a shared node the agent would then see fewer cores than it has
+/// executors. With `--executors-per-node K` each task asks for K CPUs;
+/// without, the agent starts an executor per core it finds, so the nodes
+/// are asked for whole (`--exclusive`) and the step for the CPUs the job
+/// got. `srun` is told too: since Slurm 22.05 it does not inherit
+/// `--cpus-per-task` from the batch job.
 fn slurm_script(spec: &PilotSpec, dir: &str) -> String {
     let n = spec.nodes;
     let mut lines = vec![
@@ -195,17 +203,76 @@ fn slurm_script(spec: &PilotSpec, dir: &str) -> String {
         format!("#SBATCH --job-name={}", spec.job_name),
         format!("#SBATCH --nodes={n}"),
         "#SBATCH --ntasks-per-node=1".to_string(),
+    ];
+    lines.push(match spec.executors_per_node {
+        Some(k) => format!("#SBATCH --cpus-per-task={k}"),
+        None => "#SBATCH --exclusive".to_string(),
+    });
+    lines.extend([
         format!("#SBATCH --time={}", format_slurm(spec.walltime)),
         format!("#SBATCH --output={}", file_in(dir, STDOUT_FILE)),
         format!("#SBATCH --error={}", file_in(dir, STDERR_FILE)),
-    ];
+    ]);
     lines.extend(margin_comment(spec));
+    lines.push(format!("# {}", slurm_request(spec)));
     lines.push("set -euo pipefail".to_string());
+    let cpus = match spec.executors_per_node {
+        Some(k) => k.to_string(),
+        None => {
+            // SLURM_JOB_CPUS_PER_NODE reads like `16(x2),8`: the step asks
+            // for what the smallest node has, which every node can give.
+            lines.push(
+                "cpus=$(awk -F, '{m = 0; for (i = 1; i <= NF; i++) { v = $i; sub(/\\(.*/, \"\", v); \
+                 if (m == 0 || v + 0 < m) m = v + 0 }; print m}' <<<\"$SLURM_JOB_CPUS_PER_NODE\")"
+                    .to_string(),
+            );
+            "\"$cpus\"".to_string()
+        }
+    };
     lines.push(format!(
-        "srun --nodes={n} --ntasks-per-node=1 --kill-on-bad-exit=0 {}",
+        "srun --nodes={n} --ntasks-per-node=1 --cpus-per-task={cpus} --kill-on-bad-exit=0 {}",
         shell_join(&spec.agent_command())
     ));
     finish(lines)
+}
+
+/// What a Slurm pilot asks of each node, in words, for the script's
+/// comment and so for `--dry-run`.
+pub fn slurm_request(spec: &PilotSpec) -> String {
+    match spec.executors_per_node {
+        Some(k) => format!(
+            "Asks {} node(s) for one agent task each with {k} CPUs (--cpus-per-task={k}), \
+             one per executor.",
+            spec.nodes
+        ),
+        None => format!(
+            "Asks {} whole node(s) (--exclusive) for one agent task each with all their \
+             CPUs; the agent starts an executor per core.",
+            spec.nodes
+        ),
+    }
+}
+
+/// What a PBS pilot asks of each node, in words, for the script's comment
+/// and so for `--dry-run`.
+pub fn pbs_request(spec: &PilotSpec) -> String {
+    let n = spec.nodes;
+    match (spec.pbs_flavor, spec.executors_per_node) {
+        (PbsFlavor::Torque, Some(k)) => {
+            format!("Asks {n} node(s) for {k} CPUs each (ppn={k}), one per executor.")
+        }
+        (PbsFlavor::Torque, None) => format!(
+            "Asks {n} node(s) without a CPU count: Torque then gives the queue's default, \
+             often one CPU, while the agent starts an executor per core it sees; give \
+             --executors-per-node to ask for ppn=K."
+        ),
+        (PbsFlavor::Pro, Some(k)) => {
+            format!("Asks {n} node(s) for {k} CPUs each (ncpus={k}), one per executor.")
+        }
+        (PbsFlavor::Pro, None) => format!(
+            "Asks {n} whole node(s) (place=scatter:excl); the agent starts an executor per core."
+        ),
+    }
 }
 
 /// PBS: directives, then `pbsdsh` in the background and `wait`, so the
@@ -243,6 +310,7 @@ fn pbs_script(spec: &PilotSpec, dir: &str) -> String {
         "#PBS -j n".to_string(),
     ]);
     lines.extend(margin_comment(spec));
+    lines.push(format!("# {}", pbs_request(spec)));
     lines.push("set -euo pipefail".to_string());
     let agent = shell_join(&spec.agent_command());
     match spec.pbs_flavor {
@@ -546,12 +614,13 @@ mod tests {
         let text = pilot_script(&spec(Backend::Slurm), Path::new("/h/allocs/slurm-1")).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
-            lines[..7],
+            lines[..8],
             [
                 "#!/bin/bash",
                 "#SBATCH --job-name=constellation",
                 "#SBATCH --nodes=4",
                 "#SBATCH --ntasks-per-node=1",
+                "#SBATCH --cpus-per-task=16",
                 "#SBATCH --time=02:00:00",
                 "#SBATCH --output=/h/allocs/slurm-1/stdout",
                 "#SBATCH --error=/h/allocs/slurm-1/stderr",
@@ -560,13 +629,39 @@ mod tests {
         assert!(lines.contains(&"set -euo pipefail"));
         assert_eq!(
             *lines.last().unwrap(),
-            "srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=0 /opt/c/bin/constellation \
-             agent --pool /home/u/pool.json --executors 16 --context gpu,a100 --site lumi \
+            "srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=0 \
+             /opt/c/bin/constellation agent --pool /home/u/pool.json --executors 16 --context gpu,a100 --site lumi \
              --walltime 6840s"
         );
         // Directives must all precede the first command for sbatch to see them.
         let first_cmd = lines.iter().position(|l| !l.starts_with('#')).unwrap();
         assert!(lines[first_cmd..].iter().all(|l| !l.starts_with("#SBATCH")));
+    }
+
+    #[test]
+    fn slurm_pilots_without_executors_per_node_take_whole_nodes() {
+        let mut s = spec(Backend::Slurm);
+        s.executors_per_node = None;
+        let text = pilot_script(&s, Path::new("/h/allocs/slurm-1")).unwrap();
+        assert!(text.contains("\n#SBATCH --exclusive\n"), "{text}");
+        assert!(!text.contains("--cpus-per-task=16"), "{text}");
+        // The script, run with an `srun` that shows its arguments, on a job
+        // of two 16-CPU nodes and an 8-CPU one: each agent task asks for
+        // what every node has.
+        let script = std::env::temp_dir().join(format!("slurm-pilot-{}.sh", std::process::id()));
+        std::fs::write(&script, &text).unwrap();
+        let out = bash(&format!(
+            "srun() {{ echo \"srun $*\"; }}; export -f srun; \
+             SLURM_JOB_CPUS_PER_NODE='16(x2),8' bash {}",
+            script.display()
+        ));
+        std::fs::remove_file(&script).unwrap();
+        assert_eq!(
+            out.trim(),
+            "srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=0 \
+             /opt/c/bin/constellation agent --pool /home/u/pool.json --context gpu,a100 \
+             --site lumi --walltime 6840s"
+        );
     }
 
     #[test]
