@@ -414,14 +414,19 @@ fn run_and_report(data: &Path, out: &Path, pool: &PoolArgs) -> Result<bool> {
         plot.display()
     );
     println!("results {}", options.results.display());
-    let failures = record.outcomes.iter().filter(|o| o.result.is_err()).count();
-    if failures > 0 {
+    let failed: Vec<&str> = (record.outcomes.iter())
+        .filter(|o| o.result.is_err())
+        .map(|o| o.pair.as_str())
+        .collect();
+    if !failed.is_empty() {
         eprintln!(
-            "{failures} of {} pairs failed; see above",
-            record.outcomes.len()
+            "{} of {} pairs failed ({}); see above",
+            failed.len(),
+            record.outcomes.len(),
+            failed.join(", ")
         );
     }
-    Ok(ok && failures == 0)
+    Ok(ok && failed.is_empty())
 }
 
 fn print_candidates(record: &RunRecord) {
