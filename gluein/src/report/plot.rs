@@ -440,14 +440,19 @@ fn draw_gantt<DB: DrawingBackend>(
     };
     // Bars wide enough to see get a white edge, so that back-to-back
     // attempts of one kind stay apart; thinner ones would vanish in it.
-    let (plot_width, _) = plot.dim_in_pixel();
-    let pixels_per_second = f64::from(plot_width.saturating_sub(label_width)) / span;
+    // Measured on the chart's own mapping: a width guessed from the panel
+    // (labels and margins included) made sub-pixel bars that rounded to no
+    // width at all, which the PNG renderer skips with a warning.
+    let (left, _) = chart.backend_coord(&(0.0, 0.0));
+    let (right, _) = chart.backend_coord(&(span, 0.0));
+    let pixels_per_second = f64::from((right - left).max(1)) / span;
     chart
         .draw_series(report.bars.iter().flat_map(|bar| {
             let y = row_y(bar.executor);
             // At least a pixel wide: a millisecond attempt still shows, and
             // the PNG renderer rejects rectangles of zero width.
-            let end = bar.end.max(bar.start + 1.0 / pixels_per_second);
+            // (A hair over a pixel, so that rounding cannot take it back.)
+            let end = bar.end.max(bar.start + 1.001 / pixels_per_second);
             let corners = [(bar.start, y - half), (end, y + half)];
             let color = color_of(bar.kind);
             let fill = if bar.failed {
