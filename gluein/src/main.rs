@@ -40,8 +40,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    gluein::init_logging();
+    gluein::cli::init_logging();
     let cli = Cli::parse();
+    // A pool or an agent serves for hours and must outlive a closed log
+    // pipe; the other commands print and end, and a closed stdout (`report
+    // | head`) just ends them, quietly.
+    if !matches!(cli.command, Command::Pool(_) | Command::Agent(_)) {
+        gluein::cli::exit_quietly_on_broken_pipe();
+    }
     let outcome = match cli.command {
         Command::Run(args) => commands::run::main(args),
         Command::Report(args) => commands::report::main(args),
@@ -55,7 +61,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", gluein::cli::error_message(&error));
             ExitCode::from(2)
         }
     }

@@ -250,7 +250,10 @@ enum StepCommand {
 }
 
 fn main() -> ExitCode {
-    gluein::init_logging();
+    gluein::cli::init_logging();
+    // Every command prints and ends: a closed stdout (`score | head`) ends
+    // it quietly instead of a panic.
+    gluein::cli::exit_quietly_on_broken_pipe();
     let outcome = match Cli::parse().command {
         Command::Demo(args) => demo(args),
         Command::Generate(args) => generate_cmd(args).map(|_| ExitCode::SUCCESS),
@@ -262,7 +265,7 @@ fn main() -> ExitCode {
         Command::EvalSite(args) => eval_cmd::site(args),
     };
     outcome.unwrap_or_else(|error| {
-        eprintln!("error: {error:#}");
+        eprintln!("error: {}", gluein::cli::error_message(&error));
         ExitCode::from(2)
     })
 }

@@ -87,7 +87,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", requires = "pool")]
     key_file: Option<PathBuf>,
     /// Progress display: `auto` (a bar when stderr is a terminal, else a
-    /// line every 10 s), `bar`, `lines` or `none`.
+    /// line every 10 s), `bar` (refused when stderr is not a terminal,
+    /// where a bar would draw nothing), `lines` or `none`.
     #[arg(long, default_value = "auto", value_name = "MODE")]
     progress: ProgressMode,
 }
@@ -101,8 +102,23 @@ enum ProgressMode {
     None,
 }
 
+impl ProgressMode {
+    /// Refuses `bar` where it cannot be seen: indicatif hides its bars when
+    /// stderr is not a terminal, so the run would show no progress at all.
+    fn check(self) -> anyhow::Result<()> {
+        if self == ProgressMode::Bar && !std::io::stderr().is_terminal() {
+            bail!(
+                "--progress bar needs stderr to be a terminal, but it is a pipe or a file, \
+                 where no bar is drawn; use --progress lines (a line every 10 s) or auto"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Runs the graph; exits 0 if every activity succeeded, 1 if some failed.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    args.progress.check()?;
     let mut graph = Graph::load(&args.graph).map_err(|errors| {
         anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
     })?;
