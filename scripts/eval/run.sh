@@ -17,12 +17,15 @@ out=${1:-eval-out}
 seeds=${SEEDS:-3}
 mkdir -p "$out"
 cargo build --release --quiet -p supernova -p constellation --examples --bins
-bin=target/release/supernova
+# Where cargo put them: CARGO_TARGET_DIR, when set, moves the target directory
+# (relative to this directory, as cargo reads it here).
+release=${CARGO_TARGET_DIR:-target}/release
+bin=$release/supernova
 {
   "$bin" eval scenario1 scenario2 scenario3 --seeds "$seeds" --out "$out"
   "$bin" eval strategies failure
   "$bin" eval emulate --emulate-pairs 80 --emulate-scale 0.01 --emulate-runs 3
   echo "Simulator scale: 10,000 executors (1,250 nodes x 8, 100 sites), 1,000,000 activities"
-  target/release/examples/sim_scale --runs 3
+  "$release/examples/sim_scale" --runs 3
 } 2> >(tee "$out/progress.log" >&2) | tee "$out/tables.txt"
 echo "tables in $out/tables.txt, journals and plots in $out/" >&2
