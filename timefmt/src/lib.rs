@@ -20,8 +20,8 @@
 //! refused too: every caller needs a positive span of time.
 //!
 //! [`format_clock`] and [`format_clock_hours`] write durations back for
-//! `sbatch --time` and PBS `walltime=`; [`format_duration`] writes the unit
-//! form, which [`parse_duration`] reads back exactly.
+//! `sbatch --time` and PBS `walltime=`, [`format_seconds`] for another
+//! program's command line; [`parse_duration`] reads all three back.
 //!
 //! # Timestamps
 //!
@@ -229,30 +229,11 @@ pub fn format_clock_hours(d: Duration) -> String {
     format!("{:02}:{:02}:{:02}", secs / 3_600, secs / 60 % 60, secs % 60)
 }
 
-/// The unit form, e.g. `1h30m`, `2d3h`, `250ms`, `1s500ms` (`0s` for zero):
-/// exact to the nanosecond, and read back by [`parse_duration`].
-pub fn format_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    let nanos = d.subsec_nanos();
-    let parts = [
-        (secs / 86_400, "d"),
-        (secs / 3_600 % 24, "h"),
-        (secs / 60 % 60, "m"),
-        (secs % 60, "s"),
-        (u64::from(nanos / 1_000_000), "ms"),
-        (u64::from(nanos / 1_000 % 1_000), "us"),
-        (u64::from(nanos % 1_000), "ns"),
-    ];
-    let text: String = parts
-        .iter()
-        .filter(|(value, _)| *value > 0)
-        .map(|(value, unit)| format!("{value}{unit}"))
-        .collect();
-    if text.is_empty() {
-        "0s".into()
-    } else {
-        text
-    }
+/// Whole seconds with their unit, e.g. `6840s`: the unit form least likely
+/// to be misread where one program passes a duration to another; a part of
+/// a second counts as a second.
+pub fn format_seconds(d: Duration) -> String {
+    format!("{}s", whole_secs(d))
 }
 
 /// The whole second `time` falls in, or `None` before 1970 or past the
