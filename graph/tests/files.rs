@@ -382,3 +382,23 @@ inputs = ["data/1.out", "data/100000.out"]
         started.elapsed()
     );
 }
+
+#[test]
+fn each_activity_knows_where_it_is_written() {
+    let graph = parse(
+        "[[activity]]\nid = \"plain\"\ncommand = \"true\"\n\n\
+         [[activity]]\nid = \"k-{i}\"\nfor = { i = \"1..=2\" }\ncommand = \"true\"\ncontext = \"gpu\"\n",
+    )
+    .unwrap();
+    // At the context, or at the id when there is none.
+    assert_eq!(graph.place(0), "pipeline.toml:2:6");
+    assert_eq!(graph.place(2), "pipeline.toml:9:11");
+    let json = Graph::parse(
+        r#"{"activity": [{"id": "a", "command": "true", "context": "gpu"}]}"#,
+        Format::Json,
+        "g.json",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_eq!(json.place(0), "g.json: activity 1 (`a`)");
+}

@@ -975,7 +975,8 @@ impl Progress {
             self.last_line = Instant::now();
             let total = tally.total - tally.skipped;
             let settled = tally.settled();
-            let eta = (settled > 0)
+            // Work that no executor can take has no end to estimate.
+            let eta = (settled > 0 && tally.unoffered.is_empty())
                 .then(|| elapsed.as_secs_f64() * (total - settled) as f64 / settled as f64);
             eprintln!(
                 "progress: {settled}/{total} settled ({} done), {message}{}",
