@@ -5,7 +5,9 @@
 # Installs what it needs first (cargo components; MPICH, libclang, a C
 # toolchain and openssh-server from apt; slurm-wlm and munge through
 # scripts/slurm-local.sh, which runs a real single-node Slurm for the
-# glide-in tests and is stopped on exit), so it runs on a fresh machine.
+# glide-in tests and is stopped on exit; NVIDIA's NVRTC from PyPI into
+# target/nvrtc-venv, so the CUDA kernels are compiled without a GPU), so it
+# runs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,13 +25,14 @@ for component in rustfmt clippy; do
 done
 cargo --version
 
-step "checking MPI (mpich, libmpich-dev, libclang-dev), a C toolchain (cfitsio is built from source) and openssh-server"
+step "checking MPI (mpich, libmpich-dev, libclang-dev), a C toolchain (cfitsio is built from source), openssh-server and python3-venv"
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   # openssh-server: the ssh glide-in test (gluein/tests/ssh.rs) runs its own
   # sshd on a free loopback port; the system's sshd, started or not by the
   # package, is not used and does not get in the way.
-  for package in mpich libmpich-dev libclang-dev openssh-server; do
+  # python3-venv: the GPU step installs NVIDIA's NVRTC wheel into a venv.
+  for package in mpich libmpich-dev libclang-dev openssh-server python3-venv; do
     # `dpkg -s` also succeeds for removed packages whose config files remain.
     status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
     [ "$status" = "install ok installed" ] || missing+=("$package")
@@ -78,10 +81,39 @@ step "cargo test (default features)"
 # --no-fail-fast: one CI log shows every failing suite, not just the first.
 cargo test --workspace --locked --no-fail-fast
 
+# NVRTC needs no GPU, so the CUDA kernels (the executors' and supernova's
+# step 7.2) are compiled here for real: PTX, and machine code for sm_70,
+# sm_80 and sm_90. NVRTC comes from NVIDIA's PyPI wheel, in a virtual
+# environment under target/ (ignored by git, kept between runs); cudarc
+# dlopens it as libnvrtc.so.12 from LD_LIBRARY_PATH.
+# CONSTELLATION_REQUIRE_NVRTC=1 turns "skipped: no NVRTC" into a failure, so
+# this step cannot pass by skipping. Tests that need a driver still skip and
+# say why.
+step "GPU tests with NVRTC (nvidia-cuda-nvrtc-cu12 in target/nvrtc-venv), with their output"
+nvrtc_venv=target/nvrtc-venv
+if [ ! -x "$nvrtc_venv/bin/pip" ]; then
+  python3 -m venv "$nvrtc_venv"
+fi
+"$nvrtc_venv/bin/pip" install --quiet --disable-pip-version-check 'nvidia-cuda-nvrtc-cu12>=12.2,<13'
+nvrtc_lib=$("$nvrtc_venv/bin/python" -c \
+  'import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib"))')
+if [ ! -e "$nvrtc_lib/libnvrtc.so.12" ]; then
+  echo "test.sh: the nvidia-cuda-nvrtc-cu12 wheel has no $nvrtc_lib/libnvrtc.so.12" >&2
+  exit 1
+fi
+echo "NVRTC: $nvrtc_lib/libnvrtc.so.12"
 # Rebuilds only the executors crate and its tests; everything else is shared.
 # Passing tests hide their output; show why the GPU tests skipped, if they did.
-step "GPU tests, with their output"
-cargo test -p executors --locked --test gpu -- --nocapture 2>&1 | grep -E "^(skipped|test result)" | sort | uniq -c
+gpu_status=0
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CONSTELLATION_REQUIRE_NVRTC=1 \
+  cargo test -p executors --locked --test gpu -- --nocapture >target/gpu-tests.log 2>&1 || gpu_status=$?
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CONSTELLATION_REQUIRE_NVRTC=1 \
+  cargo test -p supernova --locked --lib -- --nocapture gpu::tests >>target/gpu-tests.log 2>&1 || gpu_status=$?
+grep -E "^(skipped|compiled|test result)|panicked|CONSTELLATION_REQUIRE_NVRTC" target/gpu-tests.log | sort | uniq -c || true
+if [ "$gpu_status" -ne 0 ]; then
+  echo "test.sh: the GPU tests failed; the whole log is target/gpu-tests.log" >&2
+  exit "$gpu_status"
+fi
 
 step "cargo test -p executors --features mpi (real mpiexec -n 3)"
 cargo test -p executors --locked --features mpi

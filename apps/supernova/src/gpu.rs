@@ -250,3 +250,95 @@ pub fn significance_on(
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel step 7.2 launches.
+    const KERNELS: [Kernel; 2] = [DIFFERENCE_VARIANCE, FILTER_PASS];
+
+    /// Volta, Ampere and Hopper: the oldest architecture CUDA 12 builds for
+    /// and the GPUs the evaluation ran on.
+    const ARCHITECTURES: [(u32, u32); 3] = [(7, 0), (8, 0), (9, 0)];
+
+    /// `EM_CUDA`, the ELF machine of NVIDIA GPU code.
+    const ELF_MACHINE_CUDA: u16 = 190;
+
+    /// Whether a missing NVRTC must fail the test instead of skipping it
+    /// (`CONSTELLATION_REQUIRE_NVRTC=1`): a CI that installed NVRTC for this
+    /// must not pass by skipping.
+    fn nvrtc_required() -> bool {
+        std::env::var_os("CONSTELLATION_REQUIRE_NVRTC").is_some_and(|value| value == "1")
+    }
+
+    /// The ELF header's `e_flags` of a CUBIN, which names its target
+    /// architecture in the low byte (`0x5a` for sm_90) in the layout CUDA
+    /// 12's tools use (`EI_ABIVERSION` 7); `None` in other layouts.
+    fn cubin_sm(cubin: &[u8]) -> Option<u32> {
+        const EI_ABIVERSION: usize = 8;
+        const E_FLAGS: usize = 48; // in a 64-bit ELF header
+        (cubin.get(EI_ABIVERSION) == Some(&7)).then(|| u32::from(cubin[E_FLAGS]))
+    }
+
+    #[test]
+    fn step_7_2_kernels_compile_to_ptx_and_to_cubin_for_sm_70_80_90() {
+        // NVRTC needs no driver or device, so this runs wherever libnvrtc is.
+        for kernel in KERNELS {
+            let ptx = match kernel.compile() {
+                Err(GpuError::NoNvrtc) if nvrtc_required() => panic!(
+                    "CONSTELLATION_REQUIRE_NVRTC=1, but {}; put NVRTC's lib folder on \
+                     LD_LIBRARY_PATH (scripts/test.sh installs it)",
+                    GpuError::NoNvrtc
+                ),
+                Err(GpuError::NoNvrtc) => {
+                    eprintln!("skipped: {}", GpuError::NoNvrtc);
+                    return;
+                }
+                result => result
+                    .unwrap_or_else(|error| panic!("{}: {error}", kernel.name))
+                    .to_src(),
+            };
+            assert!(
+                ptx.contains(&format!(".entry {}", kernel.name)),
+                "{}: no entry point in the PTX:\n{ptx}",
+                kernel.name
+            );
+            let mut sizes = Vec::new();
+            for (major, minor) in ARCHITECTURES {
+                let sm = major * 10 + minor;
+                let cubin = kernel
+                    .compile_cubin((major, minor))
+                    .unwrap_or_else(|error| panic!("{} for sm_{sm}: {error}", kernel.name));
+                assert!(
+                    cubin.len() > 64 && cubin.starts_with(b"\x7fELF"),
+                    "{} for sm_{sm}: {} bytes, not an ELF file",
+                    kernel.name,
+                    cubin.len()
+                );
+                let machine = u16::from_le_bytes([cubin[18], cubin[19]]);
+                assert_eq!(machine, ELF_MACHINE_CUDA, "{} for sm_{sm}", kernel.name);
+                if let Some(built_for) = cubin_sm(&cubin) {
+                    assert_eq!(
+                        built_for, sm,
+                        "{}: machine code for the wrong GPU",
+                        kernel.name
+                    );
+                }
+                let name = kernel.name.as_bytes();
+                assert!(
+                    cubin.windows(name.len()).any(|window| window == name),
+                    "{} for sm_{sm}: the symbol is missing",
+                    kernel.name
+                );
+                sizes.push(format!("sm_{sm} {} bytes", cubin.len()));
+            }
+            eprintln!(
+                "compiled {}: PTX {} bytes; CUBIN {}",
+                kernel.name,
+                ptx.len(),
+                sizes.join(", ")
+            );
+        }
+    }
+}
