@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use gluein::report::{plot, Report, ReportError, WallEnd};
+use gluein::report::{
+    kind_colors, plot, plot_with_options, PlotOptions, Report, ReportError, WallEnd,
+};
 use journal::{
     ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, NewRun,
     RunStatus,
@@ -511,4 +513,489 @@ fn a_large_run_plots_with_a_capped_legend() {
     assert_eq!(report.states.journal.failed, report.attempts.failed);
     std::fs::write(dir.join("large.txt"), report.to_string()).expect("text");
     plot(&report, &dir.join("large.png")).expect("png");
+}
+
+/// The kinds of the supernova pipeline, in pipeline order.
+const SUPERNOVA_KINDS: [&str; 9] = [
+    "1-prepare",
+    "2,3-detect",
+    "4-align",
+    "5,6-equalize",
+    "7.1-split",
+    "7.2-compare",
+    "7.3-recombine",
+    "8-extract",
+    "9-cleanup",
+];
+
+/// A run with one executor per kind (all labelled `cpu`, so one lane),
+/// each running `attempts` back-to-back attempts of its kind lasting
+/// `seconds` (kind index + 1 seconds when `None`), the executors starting
+/// 0.1 s apart in the order given. `graph` is the run's recorded graph.
+fn run_of_kinds(dir: &Path, kinds: &[&str], graph: &str, attempts: usize) -> Report {
+    let mut journal = Journal::create(&dir.join("run.db")).expect("create");
+    let run = journal
+        .begin_run(&NewRun {
+            graph_spec: graph.into(),
+            ..new_run()
+        })
+        .expect("begin");
+    let t0 = journal.runs().expect("runs")[0].started;
+    let executors: Vec<ExecutorRow> = (0..kinds.len())
+        .map(|i| executor("n1", i as i64, "cpu,anywhere", 1))
+        .collect();
+    journal
+        .record_executors(run, &executors)
+        .expect("executors");
+    let mut decls = Vec::new();
+    let mut updates = Vec::new();
+    for (slot, kind) in kinds.iter().enumerate() {
+        let length = slot as f64 + 1.0;
+        for i in 0..attempts {
+            let id = format!("{kind}-{i}");
+            decls.push(decl(&id, kind));
+            let start = slot as f64 * 0.1 + i as f64 * length;
+            updates.push(update(
+                t0,
+                &id,
+                ActivityState::Done,
+                &[try_on("n1", slot as i64, start, start + length)],
+            ));
+        }
+    }
+    journal.declare(run, &decls).expect("declare");
+    journal.record(run, &updates).expect("record");
+    journal.end_run(run, RunStatus::Succeeded).expect("end");
+    Report::from_journal(&journal, None).expect("report")
+}
+
+/// The recorded graph `constellation run` keeps, with one activity per kind.
+fn graph_of(kinds: &[&str]) -> String {
+    let activities: Vec<serde_json::Value> = kinds
+        .iter()
+        .map(|kind| serde_json::json!({ "id": kind, "kind": kind }))
+        .collect();
+    serde_json::json!({ "activities": activities }).to_string()
+}
+
+/// Each kind's colour in `report`, by name.
+fn colors_by_kind(report: &Report) -> Vec<(String, [u8; 3])> {
+    report
+        .kinds
+        .iter()
+        .zip(kind_colors(report))
+        .map(|(k, c)| (k.kind.clone(), c.expect("every kind has a colour")))
+        .collect()
+}
+
+/// CIE L*a*b* of an sRGB colour (D65 white).
+fn lab([r, g, b]: [u8; 3]) -> [f64; 3] {
+    let linear = |c: u8| {
+        let c = f64::from(c) / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let (r, g, b) = (linear(r), linear(g), linear(b));
+    let x = (0.4124564 * r + 0.3575761 * g + 0.1804375 * b) / 0.95047;
+    let y = 0.2126729 * r + 0.7151522 * g + 0.0721750 * b;
+    let z = (0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883;
+    let f = |t: f64| {
+        if t > 216.0 / 24389.0 {
+            t.cbrt()
+        } else {
+            (24389.0 / 27.0 * t + 16.0) / 116.0
+        }
+    };
+    let (fx, fy, fz) = (f(x), f(y), f(z));
+    [116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)]
+}
+
+/// The CIEDE2000 colour difference (ΔE00): about 2 is just noticeable,
+/// and colours of one chart should be well over 10 apart.
+fn delta_e(one: [u8; 3], two: [u8; 3]) -> f64 {
+    let ([l1, a1, b1], [l2, a2, b2]) = (lab(one), lab(two));
+    let c_mean = (a1.hypot(b1) + a2.hypot(b2)) / 2.0;
+    let g = 0.5 * (1.0 - (c_mean.powi(7) / (c_mean.powi(7) + 25f64.powi(7))).sqrt());
+    let (a1, a2) = ((1.0 + g) * a1, (1.0 + g) * a2);
+    let (c1, c2) = (a1.hypot(b1), a2.hypot(b2));
+    let hue = |b: f64, a: f64| b.atan2(a).to_degrees().rem_euclid(360.0);
+    let (h1, h2) = (hue(b1, a1), hue(b2, a2));
+    let (dl, dc) = (l2 - l1, c2 - c1);
+    let mut dh = h2 - h1;
+    if c1 * c2 == 0.0 {
+        dh = 0.0;
+    } else if dh > 180.0 {
+        dh -= 360.0;
+    } else if dh < -180.0 {
+        dh += 360.0;
+    }
+    let dh_big = 2.0 * (c1 * c2).sqrt() * (dh / 2.0).to_radians().sin();
+    let l_mean = (l1 + l2) / 2.0;
+    let c_mean = (c1 + c2) / 2.0;
+    let h_mean = if c1 * c2 == 0.0 {
+        h1 + h2
+    } else if (h1 - h2).abs() > 180.0 {
+        (h1 + h2 + 360.0) / 2.0 % 360.0
+    } else {
+        (h1 + h2) / 2.0
+    };
+    let cos = |deg: f64| deg.to_radians().cos();
+    let t =
+        1.0 - 0.17 * cos(h_mean - 30.0) + 0.24 * cos(2.0 * h_mean) + 0.32 * cos(3.0 * h_mean + 6.0)
+            - 0.20 * cos(4.0 * h_mean - 63.0);
+    let d_theta = 30.0 * (-((h_mean - 275.0) / 25.0).powi(2)).exp();
+    let r_c = 2.0 * (c_mean.powi(7) / (c_mean.powi(7) + 25f64.powi(7))).sqrt();
+    let s_l = 1.0 + 0.015 * (l_mean - 50.0).powi(2) / (20.0 + (l_mean - 50.0).powi(2)).sqrt();
+    let s_c = 1.0 + 0.045 * c_mean;
+    let s_h = 1.0 + 0.015 * c_mean * t;
+    let r_t = -(2.0 * d_theta).to_radians().sin() * r_c;
+    ((dl / s_l).powi(2)
+        + (dc / s_c).powi(2)
+        + (dh_big / s_h).powi(2)
+        + r_t * (dc / s_c) * (dh_big / s_h))
+        .sqrt()
+}
+
+/// The smallest ΔE00 between two kinds' colours, or between one and the
+/// red that marks failures, naming the closest pair.
+fn closest_colors(colors: &[(String, [u8; 3])]) -> (f64, String) {
+    const FAILED: [u8; 3] = [0xd6, 0x27, 0x28];
+    let mut closest = (f64::INFINITY, String::new());
+    for (i, (kind, color)) in colors.iter().enumerate() {
+        let others = colors[i + 1..]
+            .iter()
+            .map(|(k, c)| (k.as_str(), *c))
+            .chain([("failed red", FAILED)]);
+        for (other, other_color) in others {
+            let distance = delta_e(*color, other_color);
+            if distance < closest.0 {
+                closest = (
+                    distance,
+                    format!("{kind} {color:?} and {other} {other_color:?}"),
+                );
+            }
+        }
+    }
+    closest
+}
+
+/// Where a text element of exactly `text` starts in an SVG (plotters writes
+/// the text on a line of its own).
+fn legend_entry(svg: &str, text: &str) -> Option<usize> {
+    svg.find(&format!(">\n{text}\n</text>"))
+}
+
+/// The fill of the legend swatch drawn just before `text` in an SVG.
+fn swatch_before(svg: &str, text: &str) -> String {
+    let at = legend_entry(svg, text).unwrap_or_else(|| panic!("no legend entry {text:?}"));
+    let rect = svg[..at].rfind("<rect").expect("a swatch before the entry");
+    let fill = svg[rect..at].find("fill=\"#").expect("a filled swatch") + rect + 7;
+    svg[fill..fill + 6].to_string()
+}
+
+#[test]
+fn kinds_keep_their_colour_across_runs_and_are_clearly_distinct() {
+    // The supernova run: nine kinds, in pipeline order.
+    let dir = scratch("colors-supernova");
+    let supernova = run_of_kinds(&dir, &SUPERNOVA_KINDS, "", 2);
+    let colors = colors_by_kind(&supernova);
+    let (distance, pair) = closest_colors(&colors);
+    assert!(distance >= 15.0, "ΔE00 {distance:.1} between {pair}");
+    let svg_path = dir.join("plot.svg");
+    plot(&supernova, &svg_path).expect("svg");
+    let svg = std::fs::read_to_string(&svg_path).expect("read svg");
+    for (kind, [r, g, b]) in &colors {
+        let fill = swatch_before(&svg, &format!("{kind} (2)"));
+        assert_eq!(fill, format!("{r:02X}{g:02X}{b:02X}"), "{kind}");
+    }
+
+    // Another run: some of the same kinds in another order (so other
+    // indices and other total times), with kinds of another pipeline
+    // between them. The shared kinds keep their colours.
+    let dir = scratch("colors-other");
+    let other_kinds = [
+        "7.3-recombine",
+        "fetch-{night}",
+        "4-align",
+        "classify-{pair}",
+        "1-prepare",
+        "9-cleanup",
+    ];
+    let other = run_of_kinds(&dir, &other_kinds, &graph_of(&other_kinds), 3);
+    let other_colors = colors_by_kind(&other);
+    for (kind, color) in &other_colors {
+        if let Some((_, first)) = colors.iter().find(|(k, _)| k == kind) {
+            assert_eq!(color, first, "{kind} changed colour between runs");
+        }
+    }
+    let (distance, pair) = closest_colors(&other_colors);
+    assert!(distance >= 15.0, "ΔE00 {distance:.1} between {pair}");
+
+    // As many kinds as there are colours: all distinct still.
+    let dir = scratch("colors-many");
+    let names: Vec<String> = (0..18).map(|i| format!("step{i}-{{x}}")).collect();
+    let many: Vec<&str> = names.iter().map(String::as_str).collect();
+    let report = run_of_kinds(&dir, &many, "", 1);
+    let (distance, pair) = closest_colors(&colors_by_kind(&report));
+    assert!(distance >= 15.0, "ΔE00 {distance:.1} between {pair}");
+
+    // One more kind than colours: the one with the least time is grey.
+    let dir = scratch("colors-too-many");
+    let names: Vec<String> = (0..19).map(|i| format!("step{i}-{{x}}")).collect();
+    let too_many: Vec<&str> = names.iter().map(String::as_str).collect();
+    let report = run_of_kinds(&dir, &too_many, "", 1);
+    let grey: Vec<&str> = (report.kinds.iter().zip(kind_colors(&report)))
+        .filter(|(_, c)| c.is_none())
+        .map(|(k, _)| k.kind.as_str())
+        .collect();
+    assert_eq!(grey, ["step0-{x}"]);
+}
+
+#[test]
+fn legends_follow_graph_order() {
+    // Graph order differs from name order and from total-time order (a
+    // kind's attempts last longer the later it comes in `kinds`).
+    let kinds = ["zeta", "alpha", "mid"];
+    let dir = scratch("legend-graph");
+    let graph = graph_of(&["mid", "zeta", "alpha"]);
+    let report = run_of_kinds(&dir, &kinds, &graph, 1);
+    let order = |report: &Report| -> Vec<String> {
+        report
+            .kinds_in_graph_order()
+            .into_iter()
+            .map(|k| report.kinds[k].kind.clone())
+            .collect()
+    };
+    assert_eq!(order(&report), ["mid", "zeta", "alpha"]);
+    let svg_path = dir.join("plot.svg");
+    plot(&report, &svg_path).expect("svg");
+    let svg = std::fs::read_to_string(&svg_path).expect("read svg");
+    let at = |kind: &str| legend_entry(&svg, &format!("{kind} (1)")).expect(kind);
+    assert!(at("mid") < at("zeta") && at("zeta") < at("alpha"), "{svg}");
+
+    // Without a recorded graph (simulated runs), kinds come in the order of
+    // their first attempt: zeta's executor starts first.
+    let dir = scratch("legend-attempts");
+    let report = run_of_kinds(&dir, &kinds, "", 1);
+    assert_eq!(order(&report), ["zeta", "alpha", "mid"]);
+}
+
+/// The same through the real command: `constellation run` records the
+/// graph, `constellation report --plot` names the kinds in the file's order
+/// (not by name, total time, or first start: zeta runs last).
+#[test]
+fn the_plotted_legend_of_a_real_run_follows_the_graph_file() {
+    let dir = scratch("legend-cli");
+    std::fs::write(
+        dir.join("graph.toml"),
+        r#"
+[[activity]]
+id = "zeta"
+script = "true"
+after = ["mid-*"]
+
+[[activity]]
+id = "alpha-{i}"
+for = { i = "1..=2" }
+script = "sleep 0.1"
+
+[[activity]]
+id = "mid-{i}"
+for = { i = "1..=2" }
+script = "sleep 0.4"
+"#,
+    )
+    .expect("graph file");
+    let binary = env!("CARGO_BIN_EXE_constellation");
+    let run = std::process::Command::new(binary)
+        .current_dir(&dir)
+        .env("RUST_LOG", "error")
+        .args(["run", "graph.toml", "-n", "2", "--journal", "j.db"])
+        .output()
+        .expect("constellation run");
+    assert!(run.status.success(), "{run:?}");
+    let report = std::process::Command::new(binary)
+        .current_dir(&dir)
+        .args(["report", "j.db", "--plot", "plot.svg"])
+        .output()
+        .expect("constellation report");
+    assert!(report.status.success(), "{report:?}");
+    let svg = std::fs::read_to_string(dir.join("plot.svg")).expect("read svg");
+    let at = |entry: &str| legend_entry(&svg, entry).unwrap_or_else(|| panic!("{entry}: {svg}"));
+    assert!(at("zeta (1)") < at("alpha-{i} (2)"), "{svg}");
+    assert!(at("alpha-{i} (2)") < at("mid-{i} (2)"), "{svg}");
+}
+
+#[test]
+fn the_lanes_panel_is_left_out_when_it_would_repeat_utilization() {
+    let dir = scratch("one-lane");
+    let report = run_of_kinds(&dir, &["a", "b"], "", 2);
+    assert_eq!(report.lanes.len(), 1);
+    let svg_path = dir.join("plot.svg");
+    plot(&report, &svg_path).expect("svg");
+    let svg = std::fs::read_to_string(&svg_path).expect("read svg");
+    assert!(!svg.contains("busy executors by first label"), "{svg}");
+    assert!(svg.contains("(b) attempts per executor"), "{svg}");
+    assert!(svg.contains("all with first label cpu"), "{svg}");
+
+    // Two lanes (cpu and gpu) are news: the panel stays.
+    let dir = scratch("two-lanes");
+    let (journal, _) = small_run(&dir, true);
+    let report = Report::from_journal(&journal, None).expect("report");
+    let svg_path = dir.join("plot.svg");
+    plot(&report, &svg_path).expect("svg");
+    let svg = std::fs::read_to_string(&svg_path).expect("read svg");
+    assert!(svg.contains("(b) busy executors by first label"), "{svg}");
+    assert!(svg.contains("(c) attempts per executor"), "{svg}");
+}
+
+/// A run of `attempts` attempts of the supernova kinds on 64 executors of
+/// four nodes, back to back, 0.5 to 3 s each, of kinds in a scrambled
+/// order (so that each time bin has its own mix), every 997th failing,
+/// written through the journal's API in batches as a runner writes them.
+fn big_run(dir: &Path, attempts: usize) -> Journal {
+    let mut journal = Journal::create(&dir.join("run.db")).expect("create");
+    let run = journal.begin_run(&new_run()).expect("begin");
+    let t0 = journal.runs().expect("runs")[0].started;
+    let executors: Vec<ExecutorRow> = (0..64)
+        .map(|i| {
+            let labels = if i % 16 == 15 { "gpu" } else { "cpu" };
+            executor(&format!("node{}", i / 16), i % 16, labels, 4)
+        })
+        .collect();
+    journal
+        .record_executors(run, &executors)
+        .expect("executors");
+    let mut free = vec![0.0f64; executors.len()];
+    let mut done = 0;
+    while done < attempts {
+        let batch = (attempts - done).min(50_000);
+        let mut decls = Vec::with_capacity(batch);
+        let mut updates = Vec::with_capacity(batch);
+        for n in done..done + batch {
+            let slot = n % executors.len();
+            let scrambled = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+            let kind = SUPERNOVA_KINDS[scrambled as usize % SUPERNOVA_KINDS.len()];
+            let id = format!("pair-{n:07}/{kind}");
+            let length = 0.5 + (n * 7919 % 2500) as f64 / 1000.0;
+            let failed = n % 997 == 0;
+            let e = &executors[slot];
+            decls.push(decl(&id, kind));
+            updates.push(update(
+                t0,
+                &id,
+                if failed {
+                    ActivityState::Failed
+                } else {
+                    ActivityState::Done
+                },
+                &[Try {
+                    exit: i64::from(failed),
+                    ..try_on(&e.node, e.executor, free[slot], free[slot] + length)
+                }],
+            ));
+            free[slot] += length;
+        }
+        journal.declare(run, &decls).expect("declare");
+        journal.record(run, &updates).expect("record");
+        done += batch;
+    }
+    journal.end_run(run, RunStatus::Succeeded).expect("end");
+    journal
+}
+
+/// Plots `report` as SVG and PNG and returns the SVG's text.
+fn plot_both(report: &Report, dir: &Path, options: PlotOptions) -> String {
+    plot_with_options(report, &dir.join("plot.png"), options).expect("png");
+    let png = std::fs::read(dir.join("plot.png")).expect("read png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg_path = dir.join("plot.svg");
+    plot_with_options(report, &svg_path, options).expect("svg");
+    std::fs::read_to_string(&svg_path).expect("read svg")
+}
+
+#[test]
+fn a_run_over_the_bar_limit_is_drawn_as_an_aggregate() {
+    let dir = scratch("aggregate");
+    let report = run_of_kinds(&dir, &SUPERNOVA_KINDS, "", 100);
+    assert_eq!(report.bars.len(), 900);
+
+    let one_by_one = plot_both(&report, &dir, PlotOptions::default());
+    assert!(!one_by_one.contains("aggregated"));
+    let options = PlotOptions {
+        max_bars: 899,
+        ..PlotOptions::default()
+    };
+    let aggregated = plot_both(&report, &dir, options);
+    assert!(
+        aggregated.contains("(b) attempts per executor, aggregated"),
+        "{aggregated}"
+    );
+    assert!(aggregated.contains("aggregated: 900 attempts,"));
+    // The aggregate is smaller than a bar per attempt, and keeps the
+    // kinds' colours and legend.
+    assert!(
+        aggregated.len() < one_by_one.len() / 2,
+        "{} bytes aggregated, {} one by one",
+        aggregated.len(),
+        one_by_one.len()
+    );
+    for (kind, [r, g, b]) in colors_by_kind(&report) {
+        let fill = swatch_before(&aggregated, &format!("{kind} (100)"));
+        assert_eq!(fill, format!("{r:02X}{g:02X}{b:02X}"), "{kind}");
+    }
+}
+
+/// Just over the default limit: `plot` aggregates without being told.
+#[test]
+fn tens_of_thousands_of_attempts_plot_as_an_aggregate() {
+    let dir = scratch("aggregate-25k");
+    let journal = big_run(&dir, 25_000);
+    let report = Report::from_journal(&journal, None).expect("report");
+    assert_eq!(report.attempts.total, 25_000);
+    let svg = plot_both(&report, &dir, PlotOptions::default());
+    assert!(svg.contains("(c) attempts per executor, aggregated"));
+    assert!(svg.len() < 1_500_000, "the SVG has {} bytes", svg.len());
+}
+
+/// A million attempts: the SVG stays small and the PNG draws (it failed
+/// with "nodes limit reached" when each attempt was a bar). 25 to 35 s in
+/// a debug build, most of it writing and reading the journal, so it runs
+/// with `--ignored`; the test above takes the same path.
+#[test]
+#[ignore]
+fn a_million_attempts_plot_as_an_aggregate() {
+    let dir = scratch("aggregate-million");
+    let started = std::time::Instant::now();
+    let journal = big_run(&dir, 1_000_000);
+    let written = started.elapsed();
+    let report = Report::from_journal(&journal, None).expect("report");
+    assert_eq!(report.attempts.total, 1_000_000);
+    let read = started.elapsed();
+    let svg = plot_both(&report, &dir, PlotOptions::default());
+    eprintln!(
+        "journal written in {:.1} s, read in {:.1} s, plotted in {:.1} s; SVG {} bytes",
+        written.as_secs_f64(),
+        (read - written).as_secs_f64(),
+        (started.elapsed() - read).as_secs_f64(),
+        svg.len()
+    );
+    assert!(svg.contains("(c) attempts per executor, aggregated"));
+    assert!(svg.len() < 1_500_000, "the SVG has {} bytes", svg.len());
+
+    // A bar per attempt, as before, fails the way the issue reported.
+    let one_by_one = PlotOptions {
+        max_bars: usize::MAX,
+        ..PlotOptions::default()
+    };
+    let error = plot_with_options(&report, &dir.join("bars.png"), one_by_one)
+        .expect_err("a million bars are too many for resvg");
+    assert!(error.to_string().contains("nodes limit reached"), "{error}");
+
+    // The journal takes a quarter of a gigabyte.
+    drop(journal);
+    let _ = std::fs::remove_file(dir.join("run.db"));
 }

@@ -19,4 +19,7 @@ pub use model::{
     AttemptCounts, Bar, ExecutorSummary, KindStats, Lane, Report, RunSummary, StateCounts,
     StateTally, Timeline, WallEnd, DEFAULT_BINS,
 };
-pub use plot::{plot, plot_with_size, DEFAULT_PLOT_SIZE};
+pub use plot::{
+    kind_colors, plot, plot_with_options, plot_with_size, PlotOptions, DEFAULT_MAX_BARS,
+    DEFAULT_PLOT_SIZE,
+};

@@ -32,7 +32,8 @@ pub struct Report {
     /// Utilization over time per group of executors sharing a first
     /// (highest-priority) label, largest group first.
     pub lanes: Vec<Lane>,
-    /// Duration figures per activity kind, most total time first.
+    /// Duration figures per activity kind, most total time first (see
+    /// [`KindStats::graph_order`] for the order the graph gives them).
     pub kinds: Vec<KindStats>,
     /// Every attempt of the run as a bar on its executor, in start order.
     pub bars: Vec<Bar>,
@@ -213,6 +214,12 @@ pub struct Lane {
 pub struct KindStats {
     /// The graph entry's id template, e.g. `detect-{pair}`.
     pub kind: String,
+    /// Where the kind comes in graph order, 0 first: the order in which the
+    /// run's recorded graph first names each kind, so that legends read
+    /// like the graph file. Kinds the recorded graph does not name (journals
+    /// written without one, such as simulated runs) follow it, in the order
+    /// of their first attempt's start.
+    pub graph_order: usize,
     /// Attempts of this kind.
     pub attempts: usize,
     /// Of those, the ones that failed.
@@ -288,9 +295,56 @@ impl Report {
         let activities = journal.activities()?;
         let attempts = journal.attempts(Some(chosen.run))?;
         let numbers: Vec<i64> = runs.iter().map(|r| r.run).collect();
-        build(chosen, &numbers, &executors, &activities, &attempts, bins)
-            .map_err(|detail| ReportError::Corrupt { path, detail })
+        let graph = journal.graph_spec(chosen.run)?.unwrap_or_default();
+        let rows = Rows {
+            executors: &executors,
+            activities: &activities,
+            attempts: &attempts,
+            graph_kinds: &graph_kinds(&graph),
+        };
+        build(chosen, &numbers, &rows, bins).map_err(|detail| ReportError::Corrupt { path, detail })
     }
+
+    /// Indices into [`Report::kinds`] in graph order (see
+    /// [`KindStats::graph_order`]), the order legends name the kinds in.
+    pub fn kinds_in_graph_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.kinds.len()).collect();
+        order.sort_by_key(|&i| self.kinds[i].graph_order);
+        order
+    }
+}
+
+/// The kinds of a recorded graph (the JSON `constellation run` keeps in the
+/// journal: `{"activities": [{"kind": ...}, ...]}`) in the order the graph
+/// first names them. A graph that is missing or in another shape gives
+/// none: the order then falls back to the attempts', which is no reason to
+/// refuse the report.
+fn graph_kinds(spec: &str) -> Vec<String> {
+    let Ok(graph) = serde_json::from_str::<serde_json::Value>(spec) else {
+        return Vec::new();
+    };
+    let Some(activities) = graph.get("activities").and_then(|a| a.as_array()) else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    activities
+        .iter()
+        .filter_map(|a| a.get("kind").and_then(|k| k.as_str()))
+        .filter(|kind| seen.insert(*kind))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The journal rows one report is computed from.
+pub(crate) struct Rows<'a> {
+    /// The run's executors.
+    pub(crate) executors: &'a [ExecutorRow],
+    /// Every activity of the journal.
+    pub(crate) activities: &'a [ActivityRow],
+    /// The run's attempts, in start order.
+    pub(crate) attempts: &'a [AttemptRow],
+    /// The kinds of the run's recorded graph, in graph order.
+    pub(crate) graph_kinds: &'a [String],
 }
 
 /// "run 1" or "runs 1, 2, 3", for the error that names a missing run.
@@ -355,11 +409,15 @@ fn check(run: &RunRow, executors: &[ExecutorRow], attempts: &[AttemptRow]) -> Re
 pub(crate) fn build(
     run: &RunRow,
     runs_in_journal: &[i64],
-    executor_rows: &[ExecutorRow],
-    activities: &[ActivityRow],
-    attempts: &[AttemptRow],
+    rows: &Rows<'_>,
     bins: usize,
 ) -> Result<Report, String> {
+    let Rows {
+        executors: executor_rows,
+        activities,
+        attempts,
+        graph_kinds,
+    } = *rows;
     check(run, executor_rows, attempts)?;
 
     let first_start = attempts.iter().map(|a| a.started).reduce(f64::min);
@@ -491,6 +549,25 @@ pub(crate) fn build(
     }
     counts.activities = attempted.len();
 
+    // Graph order: the recorded graph's, then first attempts' (attempts
+    // come in start order); ranks are made dense over the kinds attempted.
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    for kind in graph_kinds
+        .iter()
+        .map(String::as_str)
+        .chain(bar_kinds.iter().copied())
+    {
+        let next = position.len();
+        position.entry(kind).or_insert(next);
+    }
+    let mut by_position: Vec<&str> = per_kind.keys().copied().collect();
+    by_position.sort_by_key(|kind| position.get(kind).copied().unwrap_or(usize::MAX));
+    let graph_order: HashMap<&str, usize> = by_position
+        .iter()
+        .enumerate()
+        .map(|(rank, kind)| (*kind, rank))
+        .collect();
+
     let mut kinds: Vec<KindStats> = per_kind
         .into_iter()
         .map(|(kind, (mut durations, failed, cpu_seconds))| {
@@ -498,6 +575,7 @@ pub(crate) fn build(
             let median = median(&mut durations).unwrap_or(0.0);
             KindStats {
                 kind: kind.to_string(),
+                graph_order: graph_order.get(kind).copied().unwrap_or(0),
                 attempts: durations.len(),
                 failed,
                 min: durations.first().copied().unwrap_or(0.0),
