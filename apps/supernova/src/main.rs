@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::SystemTime;
 
 use anyhow::{bail, Context as _, Result};
 mod eval_cmd;
 
 use clap::{Args, Parser, Subcommand};
+use gluein::run_dir::create_run_dir;
 
 use supernova::catalog::{Candidate, Verdict};
 use supernova::contexts::{Engine, Placement};
@@ -318,17 +318,6 @@ fn generate_cmd(args: GenerateArgs) -> Result<Manifest> {
     generate_into(&args.out, &config)
 }
 
-fn utc_stamp() -> String {
-    let secs = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let t = gluein::clock::UtcTime::from_unix(secs as i64);
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -483,9 +472,12 @@ fn print_score(data: &Path, record: &RunRecord) -> Result<bool> {
 }
 
 fn run_cmd(args: RunArgs) -> Result<ExitCode> {
-    let out = args.out.unwrap_or_else(|| {
-        PathBuf::from("supernova-runs").join(format!("{}-{}", args.pool.version, utc_stamp()))
-    });
+    // A directory made for this run alone: two runs started in the same
+    // second must not share a journal.
+    let out = match args.out {
+        Some(out) => out,
+        None => create_run_dir(Path::new("supernova-runs"), &args.pool.version.to_string())?,
+    };
     let ok = run_and_report(&args.data, &out, &args.pool)?;
     Ok(if ok {
         ExitCode::SUCCESS
@@ -513,7 +505,7 @@ fn demo(args: DemoArgs) -> Result<ExitCode> {
         }
         generate_into(&data, &config)?;
     }
-    let out = args.dir.join(format!("run-{}", utc_stamp()));
+    let out = create_run_dir(&args.dir, "run")?;
     let ok = run_and_report(&data, &out, &args.pool)?;
     Ok(if ok {
         ExitCode::SUCCESS

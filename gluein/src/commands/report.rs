@@ -11,7 +11,7 @@ use journal::Journal;
 #[derive(Args)]
 #[command(after_help = "\
 Examples:
-  constellation report constellation-runs/pipeline-20261121-101500/journal.db
+  constellation report constellation-runs/pipeline-20261121T101500Z/journal.db
   constellation report run.db --plot util.png      # or util.svg
   constellation report run.db --run 1 --json")]
 pub struct ReportArgs {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
@@ -19,7 +19,7 @@ use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ContextList, ExecutorContext, Pool};
 use executors::probe::Hardware;
 use executors::shell::{Capture, ShellOutcome, ShellResult};
-use gluein::clock::UtcTime;
+use gluein::run_dir;
 use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
 use journal::{
     unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal,
@@ -34,7 +34,7 @@ Examples:
   constellation run pipeline.toml
   constellation run pipeline.toml --executors 8 --context site:vu
   constellation run pipeline.toml --executors 3 --add-executors 1:gpu --relabel cpu=gpu
-  constellation run pipeline.toml --resume constellation-runs/pipeline-20261121-101500/journal.db
+  constellation run pipeline.toml --resume constellation-runs/pipeline-20261121T101500Z/journal.db
 
 Every run writes a journal (SQLite) and the commands' output files into one
 directory, constellation-runs/<graph>-<time>/ by default. Query the journal
@@ -574,37 +574,20 @@ fn open_journal(args: &RunArgs) -> anyhow::Result<(Journal, PathBuf)> {
     }
     let path = match &args.journal {
         Some(path) => path.clone(),
-        None => default_journal_path(&args.graph),
+        None => default_journal_path(&args.graph)?,
     };
     Ok((Journal::create(&path)?, path))
 }
 
-/// `constellation-runs/<graph stem>-<UTC time>/journal.db`, made unique.
-fn default_journal_path(graph: &Path) -> PathBuf {
+/// `constellation-runs/<graph stem>-<UTC time>/journal.db`, in a directory
+/// made for this run alone: a run started in the same second as another
+/// gets `-2`, `-3`, ... ([`run_dir::create_run_dir`]).
+fn default_journal_path(graph: &Path) -> anyhow::Result<PathBuf> {
     let stem = graph
         .file_stem()
         .map_or("graph".into(), |s| s.to_string_lossy());
-    let base = format!("{stem}-{}", utc_stamp(SystemTime::now()));
-    let root = PathBuf::from("constellation-runs");
-    let mut dir = root.join(&base);
-    let mut n = 2;
-    while dir.exists() {
-        dir = root.join(format!("{base}-{n}"));
-        n += 1;
-    }
-    dir.join("journal.db")
-}
-
-/// `YYYYmmdd-HHMMSS` in UTC.
-fn utc_stamp(time: SystemTime) -> String {
-    let secs = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let t = UtcTime::from_unix(secs as i64);
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    let dir = run_dir::create_run_dir(Path::new("constellation-runs"), &stem)?;
+    Ok(dir.join("journal.db"))
 }
 
 /// What decides what a node does, hashed: its command, environment,
@@ -991,17 +974,5 @@ impl Progress {
             bar.set_position(tally.settled() as u64);
             bar.finish_and_clear();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_stamps_are_civil_dates() {
-        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_263_045);
-        assert_eq!(utc_stamp(t), "20261121-121045");
-        assert_eq!(utc_stamp(SystemTime::UNIX_EPOCH), "19700101-000000");
     }
 }

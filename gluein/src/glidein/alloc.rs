@@ -429,20 +429,6 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A compact UTC stamp for directory names: `20240612T091401Z`.
-pub fn utc_stamp(unix_secs: f64) -> String {
-    let secs = if unix_secs.is_finite() && unix_secs > 0.0 {
-        unix_secs as i64
-    } else {
-        0
-    };
-    let t = crate::clock::UtcTime::from_unix(secs);
-    format!(
-        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 #[cfg(test)]
 pub(crate) mod testing {
     //! Temporary directories and executable scripts for tests, without the
@@ -656,13 +642,5 @@ mod tests {
         let r = root_from(Some("".into()), Some("/h".into())).unwrap();
         assert_eq!(r, Path::new("/h/.constellation/allocations"));
         assert!(matches!(root_from(None, None), Err(AllocError::NoHome)));
-    }
-
-    #[test]
-    fn utc_stamps() {
-        assert_eq!(utc_stamp(0.0), "19700101T000000Z");
-        assert_eq!(utc_stamp(1_686_561_241.7), "20230612T091401Z");
-        assert_eq!(utc_stamp(951_782_400.0), "20000229T000000Z"); // leap day
-        assert_eq!(utc_stamp(4_102_444_799.0), "20991231T235959Z");
     }
 }

@@ -146,7 +146,7 @@ pub fn submit(
     // catches unusable paths before anything is created.
     script::check_directive_path(spec.backend, root)?;
     check_gate(root, spec.backend, now)?;
-    let mut alloc = alloc::create(root, spec.backend, &alloc::utc_stamp(now))?;
+    let mut alloc = alloc::create(root, spec.backend, &timefmt::path_unix_timestamp(now))?;
     let record = &mut alloc.record;
     record.submitted_at = now;
     record.nodes = spec.nodes;
@@ -386,7 +386,7 @@ pub fn cancel(alloc: &mut Allocation, runner: &dyn Runner) -> Result<CancelOutco
 pub fn dry_run(spec: &PilotSpec, root: &Path, now: f64) -> Result<String, GlideinError> {
     spec.validate()?;
     script::check_directive_path(spec.backend, root)?;
-    let dir = alloc::next_dir(root, spec.backend, &alloc::utc_stamp(now))?;
+    let dir = alloc::next_dir(root, spec.backend, &timefmt::path_unix_timestamp(now))?;
     let mut text = format!("# allocation directory (not created): {}\n", dir.display());
     text.push_str(&format!("# --- {} ---\n", dir.join(PILOT_SCRIPT).display()));
     text.push_str(&script::pilot_script(spec, &dir)?);

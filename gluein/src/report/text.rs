@@ -1,7 +1,6 @@
 //! The report as text for a terminal: a summary, sparklines of utilization
 //! and aligned tables.
 
-use crate::clock::UtcTime;
 use std::fmt::{self, Display, Formatter};
 
 use super::bins::resample;
@@ -49,7 +48,8 @@ impl Report {
         )?;
         writeln!(f, "  host       {}", run.host)?;
         writeln!(f, "  status     {}", run.status)?;
-        writeln!(f, "  started    {}", utc(run.started))?;
+        let started = timefmt::format_unix_timestamp(run.started);
+        writeln!(f, "  started    {started}")?;
         let wall = duration(run.wall_seconds);
         match run.wall_end {
             WallEnd::Recorded => writeln!(f, "  wall time  {wall} (start to recorded end)")?,
@@ -306,31 +306,9 @@ fn duration(value: f64) -> String {
     }
 }
 
-/// A Unix time as a UTC date and time, without a time zone database.
-fn utc(unix: f64) -> String {
-    let whole = unix.floor();
-    // 1e14 s is far past any clock a journal could hold; beyond it, and for
-    // times before 1970, print the number as is.
-    if !(0.0..1e14).contains(&whole) {
-        return format!("{unix} (Unix seconds)");
-    }
-    let t = UtcTime::from_unix(whole as i64);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_are_utc() {
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400.5), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_700_000_000.0), "2023-11-14 22:13:20 UTC");
-    }
 
     #[test]
     fn sparklines_show_idle_as_blank_and_full_as_a_block() {
