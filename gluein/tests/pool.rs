@@ -346,9 +346,12 @@ fn wait_for_log(dir: &Path, name: &str, wanted: &str, limit: Duration) {
     }
 }
 
-/// Starts `run` of `count` gpu activities of `seconds` each on the pool,
-/// each touching `dir/done/<prefix>-<n>`, with progress lines in `log`.
-fn spawn_gpu_run(dir: &Path, prefix: &str, count: usize, seconds: f64, log: &str) -> common::Guard {
+/// Starts `run` of `count` gpu activities on the pool, each touching
+/// `dir/done/<prefix>-<n>`, with progress lines in `log`. All but the
+/// first wait until the file `dir/go-<prefix>` exists: the work cannot
+/// all be done before the test has relabelled the agent, however slowly
+/// the machine runs.
+fn spawn_gpu_run(dir: &Path, prefix: &str, count: usize, log: &str) -> common::Guard {
     let done = dir.join("done");
     std::fs::create_dir_all(&done).unwrap();
     let graph = dir.join(format!("{prefix}.toml"));
@@ -356,7 +359,8 @@ fn spawn_gpu_run(dir: &Path, prefix: &str, count: usize, seconds: f64, log: &str
         &graph,
         format!(
             "[[activity]]\nid = \"{prefix}-{{n}}\"\nfor = {{ n = \"1..={count}\" }}\ncontext = \"gpu\"\n\
-             script = \"sleep {seconds}; touch {}/{prefix}-{{n}}\"\n",
+             script = \"[ {{n}} = 1 ] || while [ ! -e {} ]; do sleep 0.05; done; touch {}/{prefix}-{{n}}\"\n",
+            dir.join(format!("go-{prefix}")).display(),
             done.display()
         ),
     )
@@ -413,7 +417,7 @@ fn work_waiting_for_labels_nobody_offers_is_named_by_progress_status_and_summary
     let id = agent["node"].as_str().unwrap().to_string();
 
     // The only agent is relabelled away from `gpu` while gpu work is left.
-    let mut first = spawn_gpu_run(&dir, "g", 8, 0.3, "first.log");
+    let mut first = spawn_gpu_run(&dir, "g", 8, "first.log");
     wait_done(&dir, "g", 1, "first.log");
     relabel_agent(&dir, &id, "cpu");
     wait_for_log(
@@ -436,6 +440,13 @@ fn work_waiting_for_labels_nobody_offers_is_named_by_progress_status_and_summary
     assert!(waiting >= 1, "{json}");
     // Relabelled back, the agent runs the rest and the run ends well.
     relabel_agent(&dir, &id, "gpu");
+    wait_for_log(
+        &dir,
+        "first.log",
+        "every released activity has an executor that offers its labels again",
+        Duration::from_secs(30),
+    );
+    std::fs::write(dir.join("go-g"), "").unwrap();
     let status = wait_exit(&mut first, Duration::from_secs(60));
     assert!(
         status.is_some_and(|s| s.success()),
@@ -443,14 +454,9 @@ fn work_waiting_for_labels_nobody_offers_is_named_by_progress_status_and_summary
         log(&dir, "first.log")
     );
     assert_eq!(done_count(&dir, "g"), 8);
-    assert!(
-        log(&dir, "first.log").contains("has an executor that offers its labels again"),
-        "{}",
-        log(&dir, "first.log")
-    );
 
     // Ctrl-C while work waits: the summary says how much, and for what.
-    let mut second = spawn_gpu_run(&dir, "h", 8, 0.3, "second.log");
+    let mut second = spawn_gpu_run(&dir, "h", 8, "second.log");
     wait_done(&dir, "h", 1, "second.log");
     relabel_agent(&dir, &id, "cpu");
     wait_for_log(
@@ -462,6 +468,8 @@ fn work_waiting_for_labels_nobody_offers_is_named_by_progress_status_and_summary
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(second.0.id() as i32, libc::SIGINT) };
     let status = wait_exit(&mut second, Duration::from_secs(30));
+    // The command that was running when the agent was relabelled may end.
+    std::fs::write(dir.join("go-h"), "").unwrap();
     let said = log(&dir, "second.log");
     assert_eq!(status.and_then(|s| s.code()), Some(130), "{said}");
     let summary = said
