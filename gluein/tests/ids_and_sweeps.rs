@@ -63,3 +63,63 @@ fn ids_whose_folder_names_clashed_each_keep_their_own_output() {
     assert!(dir.join("output/a_b/stdout").is_file());
     assert!(dir.join("output/a%2Fb/stdout").is_file());
 }
+
+#[test]
+fn sweep_values_reach_scripts_as_one_argument_and_raw_values_as_code() {
+    let dir = scratch("quoted-sweeps");
+    std::fs::write(
+        dir.join("sweep.toml"),
+        r#"
+[[activity]]
+id = "quoted-{n}"
+for = { n = ["x; touch pwned", "it's \"$(touch pwned2)\" `touch pwned3` *", "7"] }
+script = "printf '<%s>\\n' {n}"
+
+[[activity]]
+id = "raw-{cmd}"
+for = { cmd = ["touch spliced"] }
+script = "echo before; {cmd:raw}"
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["run", "sweep.toml", "-n", "2", "--journal", "j.db"]);
+    assert!(output.status.success(), "{}", text(&output));
+    // The values ran as shell code before they were quoted.
+    for file in ["pwned", "pwned2", "pwned3"] {
+        assert!(!dir.join(file).exists(), "{file} was created");
+    }
+    let files = stdout_files(&dir, "j.db");
+    let stdout = |id: &str| {
+        let (_, file) = files
+            .iter()
+            .find(|(a, _)| a == id)
+            .unwrap_or_else(|| panic!("{id} not in {files:?}"));
+        std::fs::read_to_string(file).unwrap()
+    };
+    // printf prints one line per argument: each value is exactly one.
+    assert_eq!(stdout("quoted-x; touch pwned"), "<x; touch pwned>\n");
+    let tricky = "it's \"$(touch pwned2)\" `touch pwned3` *";
+    assert_eq!(stdout(&format!("quoted-{tricky}")), format!("<{tricky}>\n"));
+    assert_eq!(stdout("quoted-7"), "<7>\n");
+    // The raw form still splices text in as code.
+    assert!(dir.join("spliced").is_file());
+    assert_eq!(stdout("raw-touch spliced"), "before\n");
+}
+
+#[test]
+fn a_placeholder_inside_quotes_in_a_script_stops_the_run_before_anything_runs() {
+    let dir = scratch("quoted-placeholder");
+    std::fs::write(
+        dir.join("bad.toml"),
+        "[[activity]]\nid = \"first\"\nscript = \"touch ran\"\n\n[[activity]]\nid = \"say-{n}\"\nfor = { n = [\"a b\"] }\nscript = \"echo \\\"{n}\\\"\"\n",
+    )
+    .unwrap();
+    let output = run(&dir, &["run", "bad.toml", "--journal", "j.db"]);
+    assert!(!output.status.success());
+    let message = text(&output);
+    assert!(
+        message.contains("bad.toml:8:10: in `script`: `{n}` is inside \"…\" quotes"),
+        "{message}"
+    );
+    assert!(!dir.join("ran").exists());
+}

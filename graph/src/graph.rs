@@ -559,7 +559,14 @@ fn build(
     }
     let program = match (&entry.command, &entry.script) {
         (Some(command), None) => ShellSpec::command(render("command", command, errors)?),
-        (None, Some(script)) => ShellSpec::script(render("script", script, errors)?),
+        // The shell reads the script: values go in quoted, as one word each.
+        (None, Some(script)) => match Template::checked_script(script, &known) {
+            Ok(t) => ShellSpec::script(t.render_for_shell(values)),
+            Err(e) => {
+                errors.at_field(k, entry, "script", format!("in `script`: {e}"));
+                return None;
+            }
+        },
         (Some(_), Some(_)) => {
             errors.at_field(
                 k,

@@ -26,6 +26,10 @@
 //! unknown dependencies (with a suggestion), cycles (named), duplicate ids,
 //! bad templates, contexts and durations. Each error says where it is:
 //! `pipeline.toml:12:9: …` for TOML, the entry and its id for JSON.
+//!
+//! A `{name}` in `script` becomes the value as one shell word, quoted
+//! where needed ([`shell_word`]), so a value is never read as code;
+//! `{name:raw}` puts the text in as it is. Other fields are not quoted.
 
 mod coordinator;
 mod file;
@@ -40,4 +44,4 @@ pub use crate::graph::{
     parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_ID_BYTES,
     MAX_INSTANCES,
 };
-pub use template::{Template, TemplateError};
+pub use template::{shell_word, Template, TemplateError};

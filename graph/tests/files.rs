@@ -265,6 +265,49 @@ fn ids_that_cannot_name_a_folder_are_rejected_where_they_are_written() {
 }
 
 #[test]
+fn sweep_values_in_scripts_are_quoted_and_misplaced_placeholders_are_errors() {
+    let graph = parse(
+        "[[activity]]\nid = \"s-{v}\"\nfor = { v = [\"x; touch pwned\", \"7\"] }\nscript = \"echo {v} > out; {v:raw}\"\n",
+    )
+    .unwrap();
+    let text = |n: usize| match &graph.nodes[n].spec.program {
+        executors::shell::Program::Script { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(text(0), "echo 'x; touch pwned' > out; x; touch pwned");
+    assert_eq!(text(1), "echo 7 > out; 7");
+    let cases = [
+        (
+            "[[activity]]\nid = \"a-{v}\"\nfor = { v = [\"1\"] }\nscript = \"echo \\\"{v}\\\"\"\n",
+            "pipeline.toml:4:10: in `script`: `{v}` is inside \"…\" quotes in the script",
+        ),
+        (
+            "[[activity]]\nid = \"a-{v}\"\nfor = { v = [\"1\"] }\nscript = '''\nset -e\ncat <<EOF\n{v}\nEOF\n'''\n",
+            "pipeline.toml:4:10: in `script`: `{v}` is in a here-document",
+        ),
+        (
+            "[[activity]]\nid = \"a-{v}\"\nfor = { v = [\"1\"] }\ncommand = \"x\"\nargs = [\"{v:raw}\"]\n",
+            "pipeline.toml:5:8: in `args`: `{v:raw}` only means something in `script`",
+        ),
+        (
+            "[[activity]]\nid = \"a-{v:raw}\"\nfor = { v = [\"1\"] }\ncommand = \"x\"\n",
+            "pipeline.toml:2:6: in `id`: `{v:raw}` only means something in `script`",
+        ),
+        (
+            "[[activity]]\nid = \"a-{v}\"\nfor = { v = [\"1\"] }\nscript = \"echo {v:shell}\"\n",
+            "pipeline.toml:4:10: in `script`: bad placeholder `{v:shell}`: the only form after `:` is `raw`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = error(text);
+        assert!(
+            message.contains(expected),
+            "for\n{text}\nexpected {expected:?}\n     got {message:?}"
+        );
+    }
+}
+
+#[test]
 fn every_error_in_a_file_is_reported_at_once() {
     let message = error(
         "[[activity]]\nid = \"a\"\n\n[[activity]]\nid = \"b\"\ncommand = \"x\"\ntimeout = -1\n",
