@@ -368,8 +368,8 @@ fn killing_a_worker_mid_run_loses_nothing_and_counts_reexecutions() {
             "master-worker",
             "--members",
             "3",
-            "--failure-timeout-ms",
-            "1000",
+            "--failure-timeout",
+            "1s",
             "--max-steal",
             "16",
             "--workload",
@@ -382,8 +382,8 @@ fn killing_a_worker_mid_run_loses_nothing_and_counts_reexecutions() {
         addr.as_str(),
         "--strategy",
         "master-worker",
-        "--failure-timeout-ms",
-        "1000",
+        "--failure-timeout",
+        "1s",
     ];
     let mut victim = Proc::start("victim", &worker_args);
     let mut survivor = Proc::start("survivor", &worker_args);

@@ -48,9 +48,9 @@ struct Args {
     /// The pool key file.
     #[arg(long)]
     key_file: Option<PathBuf>,
-    /// Declare a silent member dead after this many milliseconds.
-    #[arg(long, default_value_t = 3000)]
-    failure_timeout_ms: u64,
+    /// Declare a silent member dead after this long (e.g. `3s`, `500ms`).
+    #[arg(long, default_value = "3s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
+    failure_timeout: Duration,
     /// The steal pool this node belongs to.
     #[arg(long, default_value = "default")]
     steal_pool: String,
@@ -100,7 +100,7 @@ fn main() -> Result<()> {
         site: args.site.clone(),
         strategy: args.strategy,
         master: args.master,
-        failure_timeout: Duration::from_millis(args.failure_timeout_ms),
+        failure_timeout: args.failure_timeout,
         max_steal: args.max_steal,
         wide_steal: args.wide_steal,
         steal_pool: args.steal_pool.clone(),
