@@ -24,8 +24,11 @@
 //!
 //! [`Graph::load`] expands sweeps and checks the whole file at once:
 //! unknown dependencies (with a suggestion), cycles (named), duplicate ids,
-//! bad templates, contexts and durations. Each error says where it is:
-//! `pipeline.toml:12:9: …` for TOML, the entry and its id for JSON.
+//! files written by two activities, bad templates, contexts and durations.
+//! Each error says where it is: `pipeline.toml:12:9: …` for TOML, the entry
+//! and its id for JSON; [`Graph::place`] says it for an activity afterwards.
+//! An activity whose `inputs` name a file another's `outputs` name runs
+//! after it, as if `after` said so.
 //!
 //! A `{name}` in `script` becomes the value as one shell word, quoted
 //! where needed ([`shell_word`]), so a value is never read as code;
