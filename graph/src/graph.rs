@@ -42,7 +42,8 @@ pub struct Node {
     pub id: String,
     /// The command, named by the id.
     pub spec: ShellSpec,
-    /// The nodes it runs after, as indices into [`Graph::nodes`].
+    /// The nodes it runs after, as indices into [`Graph::nodes`]: those its
+    /// `after` names, and those that write a file it reads.
     pub after: Vec<usize>,
     /// Files it reads.
     pub inputs: Vec<PathBuf>,
