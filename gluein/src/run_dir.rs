@@ -14,12 +14,12 @@ use thiserror::Error;
 /// written does not turn into an endless search.
 const MAX_NUMBER: usize = 10_000;
 
-/// Why no run directory could be made.
+/// Why no directory could be made for a run (or a pilot's allocation).
 #[derive(Debug, Error)]
 pub enum RunDirError {
     /// The file system refused (a missing permission, a full disk, a file
     /// where a directory should be).
-    #[error("cannot create the run directory {}: {source}", path.display())]
+    #[error("cannot create the directory {}: {source}", path.display())]
     Create {
         /// The directory that could not be made.
         path: PathBuf,
@@ -27,7 +27,7 @@ pub enum RunDirError {
         source: io::Error,
     },
     /// `base` and all its numbered forms are taken.
-    #[error("no free name for a run directory in {}: `{base}` and `{base}-2` to `{base}-{MAX_NUMBER}` all exist", parent.display())]
+    #[error("no free directory name in {}: `{base}` and `{base}-2` to `{base}-{MAX_NUMBER}` all exist; remove old ones", parent.display())]
     NoFreeName {
         /// Where the directories were looked for.
         parent: PathBuf,
@@ -66,8 +66,21 @@ pub fn create_unique_dir(parent: &Path, base: &str) -> Result<PathBuf, RunDirErr
     })
 }
 
+/// The directory [`create_unique_dir`] would make now, without making it:
+/// for dry runs, and only for display, as another process may take the name
+/// before a real run does.
+pub fn next_free_dir(parent: &Path, base: &str) -> Result<PathBuf, RunDirError> {
+    (1..=MAX_NUMBER)
+        .map(|number| parent.join(numbered(base, number)))
+        .find(|dir| !dir.exists())
+        .ok_or_else(|| RunDirError::NoFreeName {
+            parent: parent.to_path_buf(),
+            base: base.to_string(),
+        })
+}
+
 /// `base` for the first, `base-2` for the second, and so on.
-pub fn numbered(base: &str, number: usize) -> String {
+fn numbered(base: &str, number: usize) -> String {
     if number <= 1 {
         base.to_string()
     } else {
@@ -104,6 +117,10 @@ mod tests {
             ]
         );
         assert!(made.iter().all(|d| d.is_dir()));
+        assert_eq!(
+            next_free_dir(&parent, "pipeline-20261125T141211Z").unwrap(),
+            parent.join("pipeline-20261125T141211Z-4")
+        );
         fs::remove_dir_all(&parent).unwrap();
     }
 

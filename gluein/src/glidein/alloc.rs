@@ -33,6 +33,7 @@ use thiserror::Error;
 use crate::glidein::runner::CommandLine;
 use crate::glidein::spec::Backend;
 use crate::glidein::state::JobState;
+use crate::run_dir::{self, RunDirError};
 
 /// Environment variable naming constellation's home directory.
 pub const HOME_ENV: &str = "CONSTELLATION_HOME";
@@ -56,9 +57,6 @@ pub const EXIT_STATUS_FILE: &str = "exit_status";
 pub const PILOT_PID_FILE: &str = "pilot.pid";
 /// How many allocation directories `prune` keeps by default.
 pub const DEFAULT_KEEP: usize = 20;
-
-/// How many `-n` suffixes `create` tries before giving up.
-const MAX_SUFFIX: usize = 1000;
 
 /// Problems with allocation directories.
 #[derive(Debug, Error)]
@@ -90,14 +88,10 @@ pub enum AllocError {
     /// The stamp would make an unsafe directory name.
     #[error("invalid allocation stamp `{0}`: use only letters, digits, `-`, `_` and `.`")]
     BadStamp(String),
-    /// Every `<backend>-<stamp>-<n>` name is taken.
-    #[error("no free allocation directory name for `{base}` in {} after {MAX_SUFFIX} tries: prune old allocations", root.display())]
-    NoFreeName {
-        /// The name we tried to make unique.
-        base: String,
-        /// The allocation root.
-        root: PathBuf,
-    },
+    /// No directory could be made for a new allocation: the file system
+    /// refused, or every `<backend>-<stamp>-<n>` name is taken.
+    #[error(transparent)]
+    Dir(#[from] RunDirError),
 }
 
 /// Shorthand for building [`AllocError::Io`] in `map_err`.
@@ -228,12 +222,16 @@ pub fn root_from(
 /// Creates a fresh, uniquely named allocation directory
 /// `<root>/<backend>-<stamp>[-n]` with an initial `state.json` (state
 /// `Pending`, so a concurrent `prune` leaves it alone) and empty `stdout`
-/// and `stderr`.
+/// and `stderr`. The name is claimed atomically
+/// ([`run_dir::create_unique_dir`]), so two submissions in the same second
+/// get `-2` and `-3` rather than one directory.
 pub fn create(root: &Path, backend: Backend, stamp: &str) -> Result<Allocation, AllocError> {
     validate_stamp(stamp)?;
-    fs::create_dir_all(root).map_err(io_err("create directory", root))?;
     let base = format!("{}-{stamp}", backend.name());
-    let (id, dir) = claim_dir(root, &base)?;
+    let dir = run_dir::create_unique_dir(root, &base)?;
+    let id = dir
+        .file_name()
+        .map_or(base, |name| name.to_string_lossy().into_owned());
     let alloc = Allocation {
         dir,
         record: AllocationRecord {
@@ -262,39 +260,7 @@ pub fn create(root: &Path, backend: Backend, stamp: &str) -> Result<Allocation, 
 pub fn next_dir(root: &Path, backend: Backend, stamp: &str) -> Result<PathBuf, AllocError> {
     validate_stamp(stamp)?;
     let base = format!("{}-{stamp}", backend.name());
-    (0..MAX_SUFFIX)
-        .map(|n| root.join(suffixed(&base, n)))
-        .find(|p| !p.exists())
-        .ok_or_else(|| AllocError::NoFreeName {
-            base,
-            root: root.to_path_buf(),
-        })
-}
-
-fn suffixed(base: &str, n: usize) -> String {
-    if n == 0 {
-        base.to_string()
-    } else {
-        format!("{base}-{n}")
-    }
-}
-
-/// Atomically claims the first free name: `create_dir` fails if the name
-/// exists, so two CLI invocations in the same second get different names.
-fn claim_dir(root: &Path, base: &str) -> Result<(String, PathBuf), AllocError> {
-    for n in 0..MAX_SUFFIX {
-        let id = suffixed(base, n);
-        let dir = root.join(&id);
-        match fs::create_dir(&dir) {
-            Ok(()) => return Ok((id, dir)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_err("create directory", &dir)(e)),
-        }
-    }
-    Err(AllocError::NoFreeName {
-        base: base.to_string(),
-        root: root.to_path_buf(),
-    })
+    Ok(run_dir::next_free_dir(root, &base)?)
 }
 
 fn validate_stamp(stamp: &str) -> Result<(), AllocError> {
@@ -506,8 +472,8 @@ mod tests {
         let b = create(&root, Backend::Slurm, "20240612T091401Z").unwrap();
         let c = create(&root, Backend::Slurm, "20240612T091401Z").unwrap();
         assert_eq!(a.id(), "slurm-20240612T091401Z");
-        assert_eq!(b.id(), "slurm-20240612T091401Z-1");
-        assert_eq!(c.id(), "slurm-20240612T091401Z-2");
+        assert_eq!(b.id(), "slurm-20240612T091401Z-2");
+        assert_eq!(c.id(), "slurm-20240612T091401Z-3");
         for name in [STATE_FILE, STDOUT_FILE, STDERR_FILE] {
             assert!(a.path(name).is_file(), "{name}");
         }

@@ -323,7 +323,7 @@ fn cancel_batch_jobs() {
     let runner = FakeRunner::new(vec![ok("1834512\n"), ok("1834513\n")]);
     let mut a = submit(&slurm_spec(), tmp.path(), &runner, T0).unwrap();
     let mut b = submit(&slurm_spec(), tmp.path(), &runner, T0).unwrap();
-    assert_eq!(b.id(), "slurm-20230612T091401Z-1");
+    assert_eq!(b.id(), "slurm-20230612T091401Z-2");
 
     let runner = FakeRunner::new(vec![ok("")]);
     assert_eq!(cancel(&mut a, &runner).unwrap(), CancelOutcome::Cancelled);
@@ -342,7 +342,7 @@ fn cancel_batch_jobs() {
     let runner = FakeRunner::new(vec![fail(1, fixture!("slurm/scancel_denied.txt"))]);
     let msg = cancel(&mut b, &runner).unwrap_err().to_string();
     assert!(
-        msg.contains("could not cancel allocation slurm-20230612T091401Z-1"),
+        msg.contains("could not cancel allocation slurm-20230612T091401Z-2"),
         "{msg}"
     );
     assert_eq!(
