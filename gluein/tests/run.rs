@@ -517,3 +517,54 @@ fn a_killed_run_resumes_without_redoing_finished_work() {
     assert_eq!(runs[1].status, "succeeded");
     assert!(runs[1].output_dir.ends_with("output.run2"));
 }
+
+/// Issue 22's repro through the CLI, with each way of tracking a command's
+/// processes: a child that calls `setsid` must not outlive its command,
+/// whether it ends by itself or by its timeout.
+#[test]
+fn a_detached_child_does_not_outlive_its_command() {
+    for tracking in ["subreaper", "auto"] {
+        let dir = workdir(&format!("setsid-{tracking}"));
+        std::fs::write(
+            dir.join("detached.toml"),
+            r#"
+[[activity]]
+id = "ends"
+script = "setsid sleep 312 & echo $! > ends.pid; sleep 1"
+
+[[activity]]
+id = "times-out"
+script = "setsid sleep 312 & echo $! > times-out.pid; sleep 60"
+timeout = "2s"
+"#,
+        )
+        .unwrap();
+        let output = constellation(&dir)
+            .env("CONSTELLATION_PROCESS_TRACKING", tracking)
+            .args(["run", "detached.toml", "-n", "2", "--journal", "j.db"])
+            .output()
+            .unwrap();
+        let report = text(&output);
+        assert!(!output.status.success(), "{report}");
+        assert!(report.contains("times-out"), "{report}");
+        for id in ["ends", "times-out"] {
+            let pid: i32 = std::fs::read_to_string(dir.join(format!("{id}.pid")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            });
+            if alive {
+                // SAFETY: only this test's own stray sleep.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            assert!(
+                !alive,
+                "{id}'s detached child {pid} outlived the run ({tracking})"
+            );
+        }
+    }
+}

@@ -4,9 +4,12 @@
 //! then sends a [`ShellResult`] to its parent — success or not, so a parent
 //! waiting for results never hangs on a failed command.
 //!
-//! - The command starts in a process group of its own. When it exits, or
-//!   its timeout passes, the whole group is killed, so nothing it started in
-//!   the background outlives the activity.
+//! - The command starts in a process group of its own, and in a cgroup v2
+//!   of its own where this process may create one (else this process is a
+//!   child subreaper that adopts the command's orphans; see
+//!   [`ProcessTracking`]). When it exits, or its timeout passes, everything
+//!   it started is killed, also what left its process group with `setsid`,
+//!   so nothing it started in the background outlives the activity.
 //! - Output goes to `stdout` and `stderr` files in a directory per activity
 //!   (the default, under [`default_output_dir`]), to memory up to a limit, or
 //!   nowhere.
@@ -42,6 +45,7 @@ mod process;
 mod result;
 pub mod spawn;
 mod spec;
+mod tracking;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -56,6 +60,7 @@ pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
     MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
 };
+pub use tracking::{ProcessTracking, TOKEN_VAR, TRACKING_VAR};
 
 /// Set once this process is being taken down around its activities, as
 /// when a batch system cancels a pilot job: it signals every process of

@@ -1,5 +1,6 @@
 //! Running one attempt of a command: spawning it in its own process group,
-//! waiting with a deadline, and killing the whole group when it ends.
+//! waiting with a deadline, and killing everything it started when it ends
+//! (the group, and whatever left the group, through [`super::tracking`]).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -11,6 +12,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::result::{Output, ShellOutcome};
 use super::spec::{Capture, ShellSpec};
+use super::tracking::ProcessTracking;
+
+/// How long to wait for a killed command's leader to die.
+const DEATH_PATIENCE: Duration = Duration::from_secs(10);
 
 /// What one attempt produced.
 pub(crate) struct Attempt {
@@ -31,6 +36,16 @@ pub(crate) fn run_once(
     spec: &ShellSpec,
     env: &[(String, String)],
     files: Option<&(PathBuf, PathBuf)>,
+) -> Attempt {
+    run_once_tracked(spec, env, files, ProcessTracking::current())
+}
+
+/// [`run_once`] with the command's processes tracked by `tracking`.
+pub(crate) fn run_once_tracked(
+    spec: &ShellSpec,
+    env: &[(String, String)],
+    files: Option<&(PathBuf, PathBuf)>,
+    tracking: &ProcessTracking,
 ) -> Attempt {
     let started = Instant::now();
     let started_at = SystemTime::now();
@@ -91,6 +106,19 @@ pub(crate) fn run_once(
             command.stdout(Stdio::null()).stderr(Stdio::null());
         }
     }
+    let tracked = match tracking.track(&mut command) {
+        Ok(tracked) => tracked,
+        Err(error) => {
+            tracing::warn!(
+                "cannot create a cgroup for {}: {error}; tracking it as a child subreaper instead",
+                argv[0]
+            );
+            match ProcessTracking::Subreaper.track(&mut command) {
+                Ok(tracked) => tracked,
+                Err(error) => return failed(format!("cannot track the command: {error}")),
+            }
+        }
+    };
     let mut child = match super::spawn::spawn(&mut command) {
         Ok(child) => child,
         Err(error) => return failed(describe_spawn_error(&argv[0], &error)),
@@ -106,8 +134,11 @@ pub(crate) fn run_once(
     let exited = wait_until_exit(&child, deadline);
     // The leader has exited (or must die) but is not reaped yet, so its pid
     // cannot have been reused: killing the group reaches only what the
-    // command left behind, and no orphan outlives its activity.
+    // command left behind. What left the group (`setsid`) is found through
+    // the command's tracking, also while the leader is unreaped.
     kill_group(&child);
+    let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
+    tracked.finish(child.id() as libc::pid_t);
     let status = reap(&child);
     let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);
     let outcome = match (exited, status.map(|(status, _)| status)) {
@@ -240,7 +271,7 @@ impl Drop for PidFd {
 
 /// The fallback for kernels without pidfds: ask whether the process has
 /// exited, leaving it unreaped, with waits that grow from 1 ms to 50 ms.
-fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
+pub(super) fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
     let mut pause = Duration::from_millis(1);
     loop {
         // SAFETY: siginfo_t is plain data; waitid fills it in.
