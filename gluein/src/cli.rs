@@ -28,10 +28,12 @@ pub fn init_logging() {
 /// must not print a panic.
 ///
 /// Rust ignores SIGPIPE so that a write to a closed pipe or socket returns
-/// an error instead. Only commands that print and end should call this:
-/// a pool or agent that serves for hours must survive a closed log pipe.
-/// Children are unaffected: `std::process::Command` restores SIGPIPE's
-/// default in them anyway, and the network code sends with MSG_NOSIGNAL.
+/// an error instead. Only commands that print and end without talking to
+/// other nodes may call this: the network stack may write to its sockets
+/// with `writev`, which, unlike std's `send` with MSG_NOSIGNAL, raises
+/// SIGPIPE when the peer is gone, and a runner or agent must see that as
+/// an error, not die of it. Children are unaffected:
+/// `std::process::Command` restores SIGPIPE's default in them anyway.
 pub fn exit_quietly_on_broken_pipe() {
     // SAFETY: setting a signal's disposition to SIG_DFL installs no
     // handler; it is done before any other thread exists.

@@ -42,10 +42,15 @@ enum Command {
 fn main() -> ExitCode {
     gluein::cli::init_logging();
     let cli = Cli::parse();
-    // A pool or an agent serves for hours and must outlive a closed log
-    // pipe; the other commands print and end, and a closed stdout (`report
-    // | head`) just ends them, quietly.
-    if !matches!(cli.command, Command::Pool(_) | Command::Agent(_)) {
+    // A closed stdout (`report | head`) ends a command quietly, except one
+    // that talks to other nodes: a socket write to a peer that is gone
+    // must stay an error (see exit_quietly_on_broken_pipe).
+    let talks_to_peers = match &cli.command {
+        Command::Run(args) => args.joins_a_pool(),
+        Command::Pool(_) | Command::Agent(_) | Command::Status(_) | Command::Relabel(_) => true,
+        Command::Report(_) | Command::Probe(_) | Command::Glidein(_) => false,
+    };
+    if !talks_to_peers {
         gluein::cli::exit_quietly_on_broken_pipe();
     }
     let outcome = match cli.command {

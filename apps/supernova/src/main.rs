@@ -251,10 +251,14 @@ enum StepCommand {
 
 fn main() -> ExitCode {
     gluein::cli::init_logging();
-    // Every command prints and ends: a closed stdout (`score | head`) ends
-    // it quietly instead of a panic.
-    gluein::cli::exit_quietly_on_broken_pipe();
-    let outcome = match Cli::parse().command {
+    let cli = Cli::parse();
+    // A closed stdout (`score | head`) ends a command quietly instead of a
+    // panic, except the evaluation's, whose emulated sites talk over
+    // sockets (see exit_quietly_on_broken_pipe).
+    if !matches!(cli.command, Command::Eval(_) | Command::EvalSite(_)) {
+        gluein::cli::exit_quietly_on_broken_pipe();
+    }
+    let outcome = match cli.command {
         Command::Demo(args) => demo(args),
         Command::Generate(args) => generate_cmd(args).map(|_| ExitCode::SUCCESS),
         Command::Run(args) => run_cmd(args),

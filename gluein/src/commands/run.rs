@@ -102,6 +102,14 @@ enum ProgressMode {
     None,
 }
 
+impl RunArgs {
+    /// Whether the run joins a pool (`--pool`), and so talks to other
+    /// nodes over the network.
+    pub fn joins_a_pool(&self) -> bool {
+        self.pool.is_some()
+    }
+}
+
 impl ProgressMode {
     /// Refuses `bar` where it cannot be seen: indicatif hides its bars when
     /// stderr is not a terminal, so the run would show no progress at all.
