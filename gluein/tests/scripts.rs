@@ -28,10 +28,7 @@ fn the_evaluation_runs_the_binaries_of_cargo_target_dir() {
     // binaries say how they were called.
     stand_in(&dir.join("bin/cargo"), "exit 0");
     let target = dir.join("elsewhere");
-    stand_in(
-        &target.join("release/supernova"),
-        "echo \"supernova $*\"",
-    );
+    stand_in(&target.join("release/supernova"), "echo \"supernova $*\"");
     stand_in(
         &target.join("release/examples/sim_scale"),
         "echo \"sim_scale $*\"",
