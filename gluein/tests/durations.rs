@@ -49,6 +49,31 @@ fn the_command_line_takes_unit_and_clock_forms() {
 }
 
 #[test]
+fn a_walltime_of_milliseconds_is_read_and_then_found_too_short() {
+    let dir = scratch("durations-cli-millis");
+    let out = run(
+        &dir,
+        &[
+            "glidein",
+            "slurm",
+            "--dry-run",
+            "--nodes",
+            "1",
+            "--walltime",
+            "250ms",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The parser took it (no "has no number"); the pilot rules refuse it,
+    // quoting it as written rather than as `0s`.
+    assert!(
+        stderr.contains("--walltime 250ms is too short") && stderr.contains("at least 60s"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn the_command_line_refuses_a_bare_number_naming_both_units() {
     let dir = scratch("durations-cli-bare");
     let graph = write_graph(

@@ -147,10 +147,11 @@ pub enum SpecError {
     #[error("--executors-per-node must be at least 1 (leave it out to let the agent decide)")]
     NoExecutors,
     /// The walltime is shorter than [`MIN_WALLTIME`].
-    #[error("--walltime {given}s is too short: agents stop {margin}s early to leave cleanly, so ask for at least {min}s (e.g. `--walltime 10m`)")]
+    #[error("--walltime {given:?} is too short: agents stop {margin}s early to leave cleanly, so ask for at least {min}s (e.g. `--walltime 10m`)")]
     WalltimeTooShort {
-        /// Requested walltime in seconds.
-        given: u64,
+        /// Requested walltime, shown as written in the unit form (`250ms`,
+        /// `1s`): whole seconds would show a part of a second as `0s`.
+        given: Duration,
         /// The safety margin in seconds.
         margin: u64,
         /// The minimum in seconds.
@@ -311,7 +312,7 @@ impl PilotSpec {
     fn validate_walltime(&self) -> Result<(), SpecError> {
         if self.walltime < MIN_WALLTIME {
             return Err(SpecError::WalltimeTooShort {
-                given: self.walltime.as_secs(),
+                given: self.walltime,
                 margin: safety_margin(self.walltime).as_secs(),
                 min: MIN_WALLTIME.as_secs(),
             });
