@@ -568,3 +568,59 @@ timeout = "2s"
         }
     }
 }
+
+/// Issue 22: a failing command's error output was read whole to show its
+/// last lines (1 GB of it put the runner at 3.16 GB of memory and printed a
+/// 1 GB line). Here 200 MB on one line: the report stays short, and the
+/// runner's peak memory far below the stream's size.
+#[test]
+fn a_failure_with_huge_error_output_is_reported_briefly() {
+    let dir = workdir("huge-stderr");
+    std::fs::write(
+        dir.join("loud.toml"),
+        r#"
+[[activity]]
+id = "loud"
+script = "head -c 200000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'fatal: out of cheese' >&2; exit 3"
+"#,
+    )
+    .unwrap();
+    // Reaped by libc::wait4 below, which clippy does not see.
+    #[allow(clippy::zombie_processes)]
+    let mut child = constellation(&dir)
+        .args(["run", "loud.toml", "--journal", "j.db"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+        text
+    });
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
+    report.push_str(&stderr_reader.join().unwrap());
+    // wait4, not Child::wait: it also reports the runner's peak memory.
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointers; the pid is our unreaped child.
+    let reaped = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as i32);
+    let peak_mib = usage.ru_maxrss / 1024;
+    eprintln!(
+        "report of {} bytes, runner peak {peak_mib} MiB:\n{report}",
+        report.len()
+    );
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0);
+    assert!(report.contains("fatal: out of cheese"), "{report}");
+    assert!(
+        report.len() < 8 * 1024,
+        "a report of {} bytes",
+        report.len()
+    );
+    assert!(peak_mib < 100, "the runner peaked at {peak_mib} MiB");
+}

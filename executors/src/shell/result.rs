@@ -73,6 +73,8 @@ pub enum Output {
 impl Output {
     /// The stream as text, read from its file if it went to one; invalid
     /// UTF-8 is replaced. `None` if it was discarded or the file is gone.
+    /// This reads all of it: for an error message, take
+    /// [`last_lines`](Self::last_lines).
     pub fn text(&self) -> Option<String> {
         match self {
             Output::File(path) => std::fs::read(path)
@@ -81,6 +83,36 @@ impl Output {
             Output::Memory { bytes, .. } => Some(String::from_utf8_lossy(bytes).into_owned()),
             Output::Discarded => None,
         }
+    }
+
+    /// The last `count` lines of the stream, for an error message, each cut
+    /// to 300 characters; empty if the stream was discarded or its file is
+    /// gone. Only the last 64 KiB are read, however large the stream: a
+    /// line that begins before them is shown with a leading `…`.
+    pub fn last_lines(&self, count: usize) -> Vec<String> {
+        let (tail, cut) = match self {
+            Output::File(path) => match read_tail(path, TAIL_BYTES) {
+                Ok(tail) => tail,
+                Err(_) => return Vec::new(),
+            },
+            Output::Memory { bytes, .. } => {
+                let start = bytes.len().saturating_sub(TAIL_BYTES as usize);
+                let cut = start > 0 && bytes[start - 1] != b'\n';
+                (bytes[start..].to_vec(), cut)
+            }
+            Output::Discarded => return Vec::new(),
+        };
+        let text = String::from_utf8_lossy(&tail);
+        let lines: Vec<&str> = text.lines().collect();
+        let first = lines.len().saturating_sub(count);
+        lines[first..]
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let begins_before = cut && first == 0 && i == 0;
+                shorten(line, begins_before)
+            })
+            .collect()
     }
 
     /// How many bytes the stream carried: the file's size, or what memory
@@ -100,6 +132,49 @@ impl Output {
             _ => None,
         }
     }
+}
+
+/// How much of a stream's end [`Output::last_lines`] reads.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// How many characters of one line [`Output::last_lines`] shows.
+const SHOWN_LINE_CHARS: usize = 300;
+
+/// The last `limit` bytes of the file at `path`, and whether they begin
+/// within a line.
+fn read_tail(path: &std::path::Path, limit: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    // One byte more than the tail, to learn whether a line ends before it.
+    let start = size.saturating_sub(limit + 1);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::with_capacity((size - start) as usize);
+    // `take`: the file may still grow, if something still writes to it.
+    file.take(limit + 1).read_to_end(&mut tail)?;
+    if tail.len() as u64 <= limit {
+        return Ok((tail, false));
+    }
+    let cut = tail[0] != b'\n';
+    tail.remove(0);
+    Ok((tail, cut))
+}
+
+/// `line` cut to [`SHOWN_LINE_CHARS`] characters, with a `…` where text was
+/// left out. A line that `begins_before` what was read shows its end, as
+/// its start is unknown; any other its start, which says what it is.
+fn shorten(line: &str, begins_before: bool) -> String {
+    if begins_before {
+        let skip = line.chars().count().saturating_sub(SHOWN_LINE_CHARS);
+        return format!("…{}", line.chars().skip(skip).collect::<String>());
+    }
+    let mut chars = line.chars();
+    let mut shown: String = chars.by_ref().take(SHOWN_LINE_CHARS).collect();
+    let rest = chars.as_str().len();
+    if rest > 0 {
+        shown.push_str(&format!("… ({rest} more bytes)"));
+    }
+    shown
 }
 
 impl fmt::Debug for Output {
@@ -208,10 +283,7 @@ impl fmt::Display for ShellFailure {
         match &r.stderr {
             Output::File(path) => write!(f, "; its error output is in {}", path.display()),
             Output::Memory { bytes, .. } if !bytes.is_empty() => {
-                let text = String::from_utf8_lossy(bytes);
-                let tail: Vec<&str> = text.lines().rev().take(3).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                write!(f, "; it wrote: {}", tail.join(" / "))
+                write!(f, "; it wrote: {}", r.stderr.last_lines(3).join(" / "))
             }
             _ => Ok(()),
         }
@@ -219,3 +291,91 @@ impl fmt::Display for ShellFailure {
 }
 
 impl std::error::Error for ShellFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes this process has read through read(2) and its kin, all threads.
+    fn bytes_read() -> u64 {
+        let io = std::fs::read_to_string("/proc/self/io").unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn scratch_file(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("result-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn the_last_lines_of_a_huge_stream_read_only_its_end() {
+        use std::io::Write;
+        // 200 MB on one line with no newline, as in the issue (there 1 GB),
+        // then a last line. Sparse, so the test writes almost nothing.
+        let path = scratch_file("huge");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(200_000_000)
+            .unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"the end of the long line\nSegmentation fault\n")
+            .unwrap();
+        let before = bytes_read();
+        let lines = Output::File(path.clone()).last_lines(5);
+        let read = bytes_read() - before;
+        std::fs::remove_file(&path).unwrap();
+        assert!(read < 4 << 20, "read {read} bytes of a 200 MB stream");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with('…'), "{:?}", &lines[0][..20]);
+        assert!(lines[0].ends_with("the end of the long line"));
+        assert_eq!(lines[0].chars().count(), 1 + SHOWN_LINE_CHARS);
+        assert_eq!(lines[1], "Segmentation fault");
+    }
+
+    #[test]
+    fn a_long_complete_line_shows_its_start_and_what_was_left_out() {
+        let long = format!("error: {}", "x".repeat(1000));
+        let output = Output::Memory {
+            bytes: format!("first\n{long}\n").into_bytes(),
+            truncated: 0,
+        };
+        let lines = output.last_lines(5);
+        assert_eq!(lines[0], "first");
+        assert!(lines[1].starts_with("error: xxx"), "{}", lines[1]);
+        assert!(lines[1].ends_with("… (707 more bytes)"), "{}", lines[1]);
+    }
+
+    #[test]
+    fn short_streams_show_their_last_lines_whole() {
+        let path = scratch_file("short");
+        let text: String = (1..=9).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        let lines = Output::File(path.clone()).last_lines(5);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(lines, ["line 5", "line 6", "line 7", "line 8", "line 9"]);
+        assert!(Output::Discarded.last_lines(5).is_empty());
+        assert!(Output::File(path).last_lines(5).is_empty());
+    }
+
+    #[test]
+    fn a_tail_that_begins_at_a_line_start_is_not_marked_cut() {
+        let path = scratch_file("boundary");
+        // One full line exactly before the tail: the tail begins a line.
+        let mut text = "a".repeat(99);
+        text.push('\n');
+        text.push_str(&"b\n".repeat(TAIL_BYTES as usize / 2));
+        std::fs::write(&path, &text).unwrap();
+        let lines = Output::File(path.clone()).last_lines(usize::MAX);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(lines.len(), TAIL_BYTES as usize / 2);
+        assert!(lines.iter().all(|l| l == "b"), "{:?}", &lines[..3]);
+    }
+}

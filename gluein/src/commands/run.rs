@@ -879,11 +879,10 @@ fn failure_text(id: &str, result: &ShellResult) -> String {
     if let Some(path) = result.stderr.path() {
         text.push_str(&format!("\n  stderr: {}", path.display()));
     }
-    if let Some(stderr) = result.stderr.text() {
-        let lines: Vec<&str> = stderr.lines().collect();
-        for line in &lines[lines.len().saturating_sub(5)..] {
-            text.push_str(&format!("\n  | {line}"));
-        }
+    // Only the stream's end is read, and long lines are cut: a command may
+    // write gigabytes of error output, all on one line.
+    for line in result.stderr.last_lines(5) {
+        text.push_str(&format!("\n  | {line}"));
     }
     text
 }
