@@ -326,28 +326,90 @@ fn a_journal_on_a_read_only_medium_is_reported() {
     );
 }
 
-#[test]
-fn a_journal_the_user_may_only_read_is_reported() {
+/// `constellation` in `dir` as a user whom file modes bind: this user, or
+/// for root, whom they do not bind, `nobody` through `setpriv`; `None`
+/// where root cannot become `nobody` (no setpriv, or `nobody` cannot reach
+/// the binary).
+fn constellation_bound_by_file_modes(dir: &Path) -> Option<Command> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        eprintln!(
-            "skipped: root writes read-only files and directories anyway; \
-             a_journal_on_a_read_only_medium_is_reported covers root"
-        );
-        return;
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(constellation(dir));
     }
+    let as_nobody = || {
+        let mut command = Command::new("setpriv");
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        command.arg(env!("CARGO_BIN_EXE_constellation"));
+        command
+    };
+    let works = as_nobody()
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    works.then(|| {
+        let mut command = as_nobody();
+        command.current_dir(dir).env_remove("RUST_LOG");
+        command
+    })
+}
+
+/// A copy of a journal in `dir/shelf`, with `mode`, in a directory of
+/// `dir_mode`, readable by everyone on the way there.
+fn shelved_journal(dir: &Path, mode: u32, dir_mode: u32) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = scratch("read-only-files");
+    let journal = real_journal(dir);
     let shelf = dir.join("shelf");
     std::fs::create_dir_all(&shelf).expect("shelf directory");
-    let journal = shelf.join("journal.db");
-    std::fs::copy(real_journal(&dir), &journal).expect("copy the journal");
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o444)).expect("chmod");
-    std::fs::set_permissions(&shelf, std::fs::Permissions::from_mode(0o555)).expect("chmod");
-    let out = output(constellation(&dir).args(["report", "shelf/journal.db"]));
-    std::fs::set_permissions(&shelf, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::copy(journal, shelf.join("journal.db")).expect("copy the journal");
+    std::fs::set_permissions(
+        shelf.join("journal.db"),
+        std::fs::Permissions::from_mode(mode),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&shelf, std::fs::Permissions::from_mode(dir_mode)).expect("chmod");
+    shelf.join("journal.db")
+}
+
+/// Gives the shelved `journal` and its directory back to their owner, so
+/// that the next run of the test can remove them.
+fn unshelve(journal: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let shelf = journal.parent().expect("the shelf");
+    std::fs::set_permissions(shelf, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(journal, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+}
+
+#[test]
+fn a_journal_the_user_may_only_read_is_reported() {
+    let dir = scratch("read-only-files");
+    let Some(mut command) = constellation_bound_by_file_modes(&dir) else {
+        eprintln!("skipped: root, and `setpriv` cannot run the binary as nobody");
+        return;
+    };
+    let journal = shelved_journal(&dir, 0o444, 0o555);
+    let out = output(command.args(["report", "shelf/journal.db"]));
+    unshelve(&journal);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("tiny.toml"));
+}
+
+#[test]
+fn a_journal_the_user_may_not_read_is_not_called_a_foreign_file() {
+    let dir = scratch("unreadable-file");
+    let Some(mut command) = constellation_bound_by_file_modes(&dir) else {
+        eprintln!("skipped: root, and `setpriv` cannot run the binary as nobody");
+        return;
+    };
+    let journal = shelved_journal(&dir, 0o000, 0o755);
+    let out = output(command.args(["report", "shelf/journal.db"]));
+    unshelve(&journal);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: cannot read journal shelf/journal.db: Permission denied (os error 13)\n"
+    );
 }
 
 #[test]

@@ -50,6 +50,15 @@ pub enum JournalError {
         /// SQLite's complaint.
         source: rusqlite::Error,
     },
+    /// The operating system refused to open the file for reading (e.g.
+    /// no read permission).
+    #[error("cannot read journal {path}: {source}")]
+    CannotRead {
+        /// The database file.
+        path: PathBuf,
+        /// The operating system's complaint.
+        source: std::io::Error,
+    },
     /// `create` found a journal already there.
     #[error("journal {0} already exists; resume it with --resume, or choose another path")]
     Exists(PathBuf),
@@ -324,6 +333,14 @@ impl Journal {
                 detail: " (it is a directory)".to_string(),
             });
         }
+        // SQLite says "unable to open database file" for a file this user
+        // may not read; the operating system says why.
+        if let Err(source) = std::fs::File::open(path) {
+            return Err(JournalError::CannotRead {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Journal::connect_read_only(path, path, flags) {
             // A WAL database needs its `-shm` index even to be read; where
@@ -332,11 +349,18 @@ impl Journal {
             // would have made the index), so it may be read as immutable,
             // which needs no index.
             Err(JournalError::Unreadable { source, .. }) if needs_wal_index(&source) => {
-                let uri = immutable_uri(path).ok_or_else(|| JournalError::Unreadable {
+                let first = JournalError::Unreadable {
                     path: path.to_path_buf(),
                     source,
-                })?;
-                Journal::connect_read_only(path, uri, flags | OpenFlags::SQLITE_OPEN_URI)
+                };
+                let Some(uri) = immutable_uri(path) else {
+                    return Err(first);
+                };
+                match Journal::connect_read_only(path, uri, flags | OpenFlags::SQLITE_OPEN_URI) {
+                    // Its own failure would name the URI: the first is clearer.
+                    Err(JournalError::Unreadable { .. }) => Err(first),
+                    other => other,
+                }
             }
             other => other,
         }
