@@ -665,6 +665,31 @@ mod tests {
     }
 
     #[test]
+    fn pbs_pilots_say_what_they_ask_for() {
+        let asked = |flavor, executors| {
+            let mut s = spec(Backend::Pbs);
+            s.pbs_flavor = flavor;
+            s.executors_per_node = executors;
+            let text = pilot_script(&s, Path::new("/a")).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("# Asks "))
+                .map(str::to_string);
+            line.unwrap_or_else(|| panic!("no `# Asks` line in\n{text}"))
+        };
+        assert_eq!(
+            asked(PbsFlavor::Torque, Some(16)),
+            "# Asks 4 node(s) for 16 CPUs each (ppn=16), one per executor."
+        );
+        assert!(asked(PbsFlavor::Torque, None).contains("often one CPU"));
+        assert_eq!(
+            asked(PbsFlavor::Pro, Some(16)),
+            "# Asks 4 node(s) for 16 CPUs each (ncpus=16), one per executor."
+        );
+        assert!(asked(PbsFlavor::Pro, None).contains("whole node(s) (place=scatter:excl)"));
+    }
+
+    #[test]
     fn slurm_long_walltime_uses_days() {
         let mut s = spec(Backend::Slurm);
         s.walltime = Duration::from_secs(2 * 86_400 + 3_600);
