@@ -108,7 +108,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     )?;
     node.wait_for_members(1, Duration::from_secs(30))
         .with_context(|| format!("could not reach the pool {} within 30 s", args.address.pool))?;
-    signals::catch_stop_signals();
+    signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     eprintln!(
         "agent {} joined with {count} executor(s) [{context}]{}",
         node.peer_id(),

@@ -104,7 +104,7 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         started: journal::unix_seconds(std::time::SystemTime::now()),
     };
     file.save(&args.pool_file)?;
-    signals::catch_stop_signals();
+    signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     println!("pool listening on:");
     for address in &file.addresses {
         println!("  {address}");

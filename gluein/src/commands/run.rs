@@ -219,7 +219,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut tally = Tally::new(&graph, skipped);
     let expected = graph.nodes.len() - skipped;
     // Ctrl-C ends the run with its summary, which names what still waits.
-    gluein::signals::catch_stop_signals();
+    gluein::signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     let mut interrupted = false;
     if expected > 0 {
         let (collector, reports) = MultiEventCollector::new(expected);
