@@ -10,27 +10,26 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use libp2p::pnet::PreSharedKey;
+use libp2p::pnet::{KeyParseError, PreSharedKey};
 use rand::RngCore;
 
 /// The environment variable that may hold the pool key, as 64 hex digits or
 /// in the swarm.key format.
 pub const KEY_ENV: &str = "CONSTELLATION_KEY";
 
-/// Bytes in a key.
-const KEY_LEN: usize = 32;
-
-/// First line of a swarm.key file: the key type.
+/// First line of a swarm.key file: the key type (for messages and for
+/// framing a bare key; libp2p's parser checks it).
 const HEADER: &str = "/key/swarm/psk/1.0.0/";
 
-/// Second line of a swarm.key file: the only encoding supported.
+/// Second line of a swarm.key file: the only encoding libp2p supports.
 const ENCODING: &str = "/base16/";
 
 /// A key file is three short lines; anything much longer is not one, and
 /// reading it whole (a device, a log file named by mistake) is pointless.
 const MAX_FILE_LEN: u64 = 4096;
 
-/// Why a key text is not a valid pool key.
+/// Why a key text is not a valid pool key: libp2p's parse error, put in
+/// words that say what a key file must hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyFormatError {
     /// The text is empty.
@@ -133,23 +132,17 @@ pub enum KeyError {
 /// configuration never reveals the key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PoolKey {
-    bytes: [u8; KEY_LEN],
     psk: PreSharedKey,
 }
 
 impl PoolKey {
-    fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        PoolKey {
-            bytes,
-            psk: PreSharedKey::new(bytes),
-        }
-    }
-
     /// A fresh random key, from the operating system's generator.
     pub fn generate() -> PoolKey {
-        let mut bytes = [0u8; KEY_LEN];
+        let mut bytes = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut bytes);
-        PoolKey::from_bytes(bytes)
+        PoolKey {
+            psk: PreSharedKey::new(bytes),
+        }
     }
 
     /// The key as libp2p's pnet wants it.
@@ -166,13 +159,15 @@ impl PoolKey {
     /// The key in the go-ipfs swarm.key format, ready to be written to a
     /// file: header, encoding and 64 lowercase hex digits, one per line.
     pub fn to_file_text(&self) -> String {
-        format!("{HEADER}\n{ENCODING}\n{}\n", to_hex(&self.bytes))
+        // libp2p's Display writes exactly this format.
+        self.psk.to_string()
     }
 
     /// The key as one line of 64 lowercase hex digits, the form for
     /// [`KEY_ENV`].
     pub fn to_hex(&self) -> String {
-        to_hex(&self.bytes)
+        let text = self.to_file_text();
+        text.lines().nth(2).unwrap_or_default().to_string()
     }
 }
 
@@ -182,54 +177,50 @@ impl fmt::Debug for PoolKey {
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    text
-}
-
-fn parse_hex(line: &str) -> Result<[u8; KEY_LEN], KeyFormatError> {
-    // Checked by hand: `u8::from_str_radix` would also take a `+` sign.
-    let digits = line.as_bytes();
-    if digits.len() != KEY_LEN * 2 {
-        return Err(KeyFormatError::BadLength(line.chars().count()));
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Ok(c - b'0'),
-        b'a'..=b'f' => Ok(c - b'a' + 10),
-        b'A'..=b'F' => Ok(c - b'A' + 10),
-        _ => Err(KeyFormatError::NotHex),
-    };
-    let mut bytes = [0u8; KEY_LEN];
-    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
-    }
-    Ok(bytes)
-}
-
+/// Parses `text` with libp2p's own swarm.key parser. Before it, lines are
+/// trimmed and blank ones dropped (accepting CRLF files and stray
+/// indentation, which libp2p refuses), and a bare line of hex digits is
+/// framed as a key file, the form [`KEY_ENV`] usually holds.
 fn parse_text(text: &str) -> Result<PoolKey, KeyFormatError> {
-    // Trimming each line accepts CRLF files and stray indentation.
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.next().ok_or(KeyFormatError::Empty)?;
-    let key_line = if first == HEADER {
-        let encoding = lines.next().ok_or(KeyFormatError::Incomplete)?;
-        if encoding != ENCODING {
-            return Err(KeyFormatError::UnsupportedEncoding(encoding.to_string()));
-        }
-        lines.next().ok_or(KeyFormatError::Incomplete)?
-    } else if first.starts_with('/') {
-        return Err(KeyFormatError::BadHeader);
-    } else {
-        first
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let file_text = match lines.as_slice() {
+        [] => return Err(KeyFormatError::Empty),
+        [bare] if !bare.starts_with('/') => format!("{HEADER}\n{ENCODING}\n{bare}\n"),
+        // libp2p reads three lines and ignores the rest: text after the key
+        // is a mistake (two keys pasted?) to point out, not to drop.
+        [first, _, ..] if !first.starts_with('/') => return Err(KeyFormatError::TrailingText),
+        [_, _, _, _, ..] => return Err(KeyFormatError::TrailingText),
+        lines => lines.join("\n") + "\n",
     };
-    if lines.next().is_some() {
-        return Err(KeyFormatError::TrailingText);
+    let framed: Vec<&str> = file_text.lines().collect();
+    // libp2p slices the key line two bytes at a time, which panics inside a
+    // multi-byte character, and `u8::from_str_radix` takes a `+` sign.
+    if framed
+        .get(2)
+        .is_some_and(|key| key.bytes().any(|b| !b.is_ascii() || b == b'+'))
+    {
+        return Err(KeyFormatError::NotHex);
     }
-    parse_hex(key_line).map(PoolKey::from_bytes)
+    // What libp2p found wrong, named with the line it is about.
+    let line = |n: usize| framed.get(n).copied().unwrap_or_default();
+    file_text
+        .parse::<PreSharedKey>()
+        .map(|psk| PoolKey { psk })
+        .map_err(|error| match error {
+            KeyParseError::InvalidKeyFile if line(0) == HEADER => KeyFormatError::Incomplete,
+            KeyParseError::InvalidKeyFile | KeyParseError::InvalidKeyType => {
+                KeyFormatError::BadHeader
+            }
+            KeyParseError::InvalidKeyEncoding => {
+                KeyFormatError::UnsupportedEncoding(line(1).to_string())
+            }
+            KeyParseError::InvalidKeyLength => KeyFormatError::BadLength(line(2).chars().count()),
+            KeyParseError::InvalidKeyChar(_) => KeyFormatError::NotHex,
+        })
 }
 
 /// Parses a key: the swarm.key format, or a bare line of 64 hex digits.
@@ -454,6 +445,8 @@ mod tests {
             (format!("+1{}", &HEX[2..]), KeyFormatError::NotHex),
             (format!("zz{}", &HEX[2..]), KeyFormatError::NotHex),
             (format!("é{}", &HEX[2..]), KeyFormatError::NotHex),
+            // Bytes 2..4 cut the `é`: libp2p's parser alone would panic.
+            (format!("aé{}", &HEX[3..]), KeyFormatError::NotHex),
             (
                 "/key/swarm/psk/2.0.0/\n/base16/\n".to_string(),
                 KeyFormatError::BadHeader,
