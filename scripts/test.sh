@@ -70,6 +70,77 @@ if cargo tree --workspace --locked -e normal | grep -q "mpi-sys"; then
   exit 1
 fi
 
+step "one version of each dependency, except the duplicates upstream crates force"
+# `cargo tree --duplicates` names every package built in more than one
+# version (a package listed twice in one version, as a proc macro's build
+# dependency and as a normal one, is no duplicate and is dropped here). Each
+# series below is forced by crates we do not maintain and cannot be removed
+# without forking them; our own crates use one of the versions already built:
+#   rand 0.8/0.9, rand_core 0.6/0.9, rand_chacha 0.3/0.9, getrandom 0.2/0.3:
+#     libp2p 0.56 (libp2p-core, -identity, -noise, -swarm, -pnet, ...) and
+#     yamux 0.12 use rand 0.8, as do our crates; yamux 0.13 uses rand 0.9.
+#   yamux 0.12/0.13: libp2p-yamux 0.47 builds both, the old one for peers
+#     that still speak it.
+#   thiserror 1/2, thiserror-impl 1/2: quick-protobuf-codec 0.3
+#     (libp2p-identify) and rtnetlink 0.20 (if-watch, under libp2p-tcp) use 1;
+#     libp2p itself and our crates use 2.
+#   unsigned-varint 0.7/0.8: multistream-select 0.13 (libp2p-core) uses 0.7,
+#     libp2p-core 0.8.
+#   syn 2/3: the proc macros of libp2p-swarm-derive, thiserror-impl 1,
+#     tracing-attributes, pin-project, prost-derive, curve25519-dalek-derive,
+#     zerocopy and zeroize use 2; those of serde, clap, tokio, futures,
+#     typetag, async-trait and thiserror-impl 2 use 3.
+#   hashbrown 0.15/0.17: hashlink 0.10 (rusqlite, libp2p-swarm) uses 0.15,
+#     indexmap 2 (toml) 0.17.
+#   bitflags 1/2, miniz_oxide 0.8/0.9: png 0.17 (tiny-skia, under resvg, which
+#     rasterizes the report's plots) uses the older ones.
+# rand 0.10 and getrandom 0.4 are in Cargo.lock but never built: libp2p's
+# `tokio` feature names `libp2p-quic?/tokio`, and Cargo locks an optional
+# crate named in such a weak feature (here quinn-proto's) without building it.
+# A new duplicate fails this step: make our crate use the version already
+# built, or add the series here with the crate that forces it.
+upstream_duplicates="bitflags 1
+bitflags 2
+getrandom 0.2
+getrandom 0.3
+hashbrown 0.15
+hashbrown 0.17
+miniz_oxide 0.8
+miniz_oxide 0.9
+rand 0.8
+rand 0.9
+rand_chacha 0.3
+rand_chacha 0.9
+rand_core 0.6
+rand_core 0.9
+syn 2
+syn 3
+thiserror 1
+thiserror 2
+thiserror-impl 1
+thiserror-impl 2
+unsigned-varint 0.7
+unsigned-varint 0.8
+yamux 0.12
+yamux 0.13"
+# "rand v0.8.8" -> "rand 0.8", "thiserror v2.0.17" -> "thiserror 2": one line
+# per semver-compatible series, so that `cargo update` changes nothing here.
+duplicates=$(cargo tree --workspace --locked -e normal,build,dev --duplicates --prefix none --format '{p}' \
+  | awk 'NF { print $1, $2 }' | sort -u \
+  | awk '{ count[$1]++; line[NR] = $0; name[NR] = $1 }
+         END { for (i = 1; i <= NR; i++) if (count[name[i]] > 1) print line[i] }' \
+  | sed -E 's/ v(0\.[0-9]+|[1-9][0-9]*)\..*/ \1/' | sort -u)
+unexpected=$(comm -23 <(printf '%s\n' "$duplicates") <(printf '%s\n' "$upstream_duplicates" | sort))
+if [ -n "$unexpected" ]; then
+  echo "test.sh: built in a second version, and not forced by libp2p or another upstream crate:" >&2
+  printf '%s\n' "$unexpected" | sed 's/^/  /' >&2
+  echo "  make our crates use the version already built (cargo tree -i NAME@VERSION shows who pulls each)," >&2
+  echo "  or list the series in scripts/test.sh with the crate that forces it" >&2
+  exit 1
+fi
+gone=$(comm -13 <(printf '%s\n' "$duplicates") <(printf '%s\n' "$upstream_duplicates" | sort))
+[ -z "$gone" ] || echo "no longer duplicated (may leave the list in scripts/test.sh): $(echo $gone)"
+
 step "starting a local Slurm for the glide-in tests (scripts/slurm-local.sh; stopped on exit)"
 trap 'bash scripts/slurm-local.sh stop || true' EXIT
 eval "$(bash scripts/slurm-local.sh start)"

@@ -17,7 +17,9 @@ pub struct NodeId(Uuid);
 impl NodeId {
     /// A fresh random node id.
     pub fn random() -> Self {
-        NodeId(Uuid::new_v4())
+        // From `rand`, which libp2p needs anyway: uuid's own `v4` feature
+        // would build a third version of `getrandom`.
+        NodeId(uuid::Builder::from_random_bytes(rand::random()).into_uuid())
     }
 
     /// A node id built from a fixed number; used by tests and the simulator,
@@ -157,6 +159,15 @@ impl IdIssuer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_node_ids_are_version_4_uuids_and_differ() {
+        let a = NodeId::random();
+        let b = NodeId::random();
+        assert_ne!(a, b);
+        assert_eq!(a.uuid().get_version(), Some(uuid::Version::Random));
+        assert_eq!(a.uuid().get_variant(), uuid::Variant::RFC4122);
+    }
 
     #[test]
     fn issuers_never_collide_and_print_compactly() {
