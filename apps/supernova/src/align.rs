@@ -4,9 +4,11 @@
 //! A first guess comes from voting: for a few trial rotations about A's
 //! centre, every pair (A star, B star) votes for its offset in a 2-D
 //! histogram; the fullest 3×3 block of bins over all rotations wins. Then
-//! nearest-neighbour matching, a least-squares affine fit with 3σ clipping,
-//! and re-matching with a radius tied to the fit's RMS repeat until the
-//! matched set no longer changes.
+//! nearest-neighbour matching, a least-squares affine fit weighted by each
+//! pair's centroid error (FWHM / S/N) with 3σ clipping, and re-matching
+//! with a radius tied to the fit's RMS repeat until the matched set no
+//! longer changes. The flux ratio B/A is that of the stars that agree on
+//! it, which leaves variable stars out however many there are.
 
 use crate::catalog::{Affine, Alignment, Detection, Source};
 use thiserror::Error;
@@ -39,21 +41,32 @@ pub struct AlignParams {
     /// Least matching radius once a fit exists, px (default 1.5); the
     /// radius is otherwise 5 × the fit's RMS.
     pub min_radius: f64,
-    /// Pairs farther than this many RMS from the fit are outliers
-    /// (default 3).
+    /// Pairs farther from the fit than this many times their own centroid
+    /// error (scaled by the fit's typical distance over error) are
+    /// outliers (default 3).
     pub clip_sigma: f64,
-    /// ... but never closer than this, px (default 0.5): with a very good
-    /// fit 3 × RMS would reject faint stars for ordinary centroid noise.
+    /// ... but never closer than this, px (default 0.1): when a handful of
+    /// bright stars fit almost perfectly, ordinary ones are not rejected
+    /// for a few hundredths of a pixel.
     pub clip_floor: f64,
+    /// Least centroid error of a star pair in the weighted fit, px (default
+    /// 0.05): bright stars' centroids carry errors their S/N does not
+    /// predict (neighbours, pixelation), around 0.1 px on crowded test
+    /// fields, so no pair may weigh more than one of that error would.
+    pub centroid_error_floor: f64,
     /// Most match-and-fit rounds (default 20; it settles in 2–4).
     pub max_iterations: usize,
-    /// Least S/N of both stars of a pair used for the flux ratio (default
-    /// 20): fainter stars' aperture fluxes are too noisy. If fewer than 3
-    /// pairs qualify, the `flux_fallback_pairs` pairs of highest S/N are
-    /// used instead.
-    pub flux_min_snr: f64,
-    /// Pairs used for the flux ratio when too few are bright (default 10).
-    pub flux_fallback_pairs: usize,
+    /// A matched pair agrees with a flux ratio if its log ratio lies
+    /// within this many of its own σ of the ratio's log (default 3): the
+    /// pairs that agree with the most others are the constant stars, the
+    /// rest (variable stars, blends) are left out of the ratio.
+    pub flux_clip_sigma: f64,
+    /// Relative flux error added in quadrature to a star's `1/S/N`
+    /// (default 0.01): aperture fluxes of the brightest stars carry
+    /// source noise and a share of their neighbours' light that their
+    /// sky-limited S/N does not count, so no star is trusted to better
+    /// than 1 %.
+    pub flux_error_floor: f64,
     /// Least S/N of the stars used for matching (default 10): fainter
     /// centroids scatter by ≳ 0.3 px and only add noise to the fit. Ignored
     /// (all stars used) when fewer than 20 stars qualify.
@@ -72,10 +85,11 @@ impl Default for AlignParams {
             initial_radius: 5.0,
             min_radius: 1.5,
             clip_sigma: 3.0,
-            clip_floor: 0.5,
+            clip_floor: 0.1,
+            centroid_error_floor: 0.05,
             max_iterations: 20,
-            flux_min_snr: 20.0,
-            flux_fallback_pairs: 10,
+            flux_clip_sigma: 3.0,
+            flux_error_floor: 0.01,
             min_snr: 10.0,
         }
     }
@@ -315,7 +329,32 @@ fn mutual_nearest(sa: &[&Source], sb: &[&Source], t: &Affine, radius: f64) -> Ve
     pairs
 }
 
-/// Least-squares affine fit with iterative clipping: (map, kept pairs, RMS).
+/// The centroid error of a matched pair, px, up to a common factor: a
+/// centroid scatters by about FWHM / (S/N) in each image. Never below
+/// `floor`, so a few very bright stars cannot take all the weight.
+fn centroid_error(a: &Source, b: &Source, floor: f64) -> f64 {
+    let one = |s: &Source| {
+        if s.snr > 0.0 && s.fwhm > 0.0 && s.snr.is_finite() && s.fwhm.is_finite() {
+            s.fwhm / s.snr
+        } else {
+            // No usable measure: as uncertain as a faint (S/N 5) star.
+            1.0
+        }
+    };
+    one(a).hypot(one(b)).max(floor)
+}
+
+/// Weighted least-squares affine fit with iterative clipping: (map, kept
+/// pairs, weighted RMS distance).
+///
+/// Each pair weighs `1 / centroid_error²`. Unweighted, the fit is only as
+/// good as the average centroid, which is fine when 20 or more bright stars
+/// qualify; on a small image they do not, the match falls back to faint
+/// stars and galaxies (seed 77's 528×384 pair 1: 58 pairs, 11 of them
+/// bright stars), and an unweighted fit was off by 0.2–0.5 px, which turns
+/// every star and galaxy into a dipole in the difference. Pairs are
+/// clipped on their distance in units of their own error (relative to the
+/// fit's typical one), never closer than `clip_floor`.
 fn fit_clipped(
     sa: &[&Source],
     sb: &[&Source],
@@ -324,7 +363,11 @@ fn fit_clipped(
 ) -> Result<(Affine, Vec<Pair>, f64), AlignError> {
     let mut kept = pairs.to_vec();
     loop {
-        let t = fit_affine(sa, sb, &kept)?;
+        let errors: Vec<f64> = kept
+            .iter()
+            .map(|&(i, j)| centroid_error(sa[i], sb[j], p.centroid_error_floor))
+            .collect();
+        let t = fit_affine(sa, sb, &kept, &errors)?;
         let dist: Vec<f64> = kept
             .iter()
             .map(|&(i, j)| {
@@ -332,12 +375,25 @@ fn fit_clipped(
                 (x - sb[j].x).hypot(y - sb[j].y)
             })
             .collect();
-        let rms = (dist.iter().map(|d| d * d).sum::<f64>() / dist.len() as f64).sqrt();
-        let limit = (p.clip_sigma * rms).max(p.clip_floor);
+        // Σ w·d² with w = 1/e² is Σ (d/e)².
+        let (mut sw, mut sz2) = (0.0, 0.0);
+        for (d, e) in dist.iter().zip(&errors) {
+            sw += e.powi(-2);
+            sz2 += (d / e).powi(2);
+        }
+        let rms = (sz2 / sw).sqrt();
+        // The typical distance over error, robustly: the errors are known
+        // only up to a common factor, which this measures, and a few
+        // outliers (a blended bright star) must not widen the limit that
+        // is meant to remove them. For 2-D Gaussian scatter the RMS of
+        // d/e is 1.2011 times its median.
+        let mut z: Vec<f64> = dist.iter().zip(&errors).map(|(d, e)| d / e).collect();
+        z.sort_by(f64::total_cmp);
+        let z_scale = 1.2011 * z[z.len() / 2];
         let next: Vec<Pair> = kept
             .iter()
-            .zip(&dist)
-            .filter(|(_, &d)| d <= limit)
+            .zip(dist.iter().zip(&errors))
+            .filter(|(_, (&d, &e))| d <= (p.clip_sigma * z_scale * e).max(p.clip_floor))
             .map(|(&pr, _)| pr)
             .collect();
         if next.len() == kept.len() || next.len() < 3 {
@@ -347,25 +403,50 @@ fn fit_clipped(
     }
 }
 
-/// Least-squares `x_b = a·x + b·y + c`, `y_b = d·x + e·y + f` over `pairs`,
-/// solved in coordinates centred on the pairs' mean for conditioning.
-fn fit_affine(sa: &[&Source], sb: &[&Source], pairs: &[Pair]) -> Result<Affine, AlignError> {
+/// Weighted least-squares `x_b = a·x + b·y + c`, `y_b = d·x + e·y + f`
+/// over `pairs` (weights `1 / errors²`), solved in coordinates centred on
+/// the pairs' weighted mean for conditioning.
+fn fit_affine(
+    sa: &[&Source],
+    sb: &[&Source],
+    pairs: &[Pair],
+    errors: &[f64],
+) -> Result<Affine, AlignError> {
     let degenerate = AlignError::Degenerate { pairs: pairs.len() };
     if pairs.len() < 3 {
         return Err(degenerate);
     }
-    let n = pairs.len() as f64;
-    let mx = pairs.iter().map(|&(i, _)| sa[i].x).sum::<f64>() / n;
-    let my = pairs.iter().map(|&(i, _)| sa[i].y).sum::<f64>() / n;
+    let weights: Vec<f64> = errors.iter().map(|e| e.powi(-2)).collect();
+    let n: f64 = weights.iter().sum();
+    let mx = pairs
+        .iter()
+        .zip(&weights)
+        .map(|(&(i, _), w)| w * sa[i].x)
+        .sum::<f64>()
+        / n;
+    let my = pairs
+        .iter()
+        .zip(&weights)
+        .map(|(&(i, _), w)| w * sa[i].y)
+        .sum::<f64>()
+        / n;
     let (mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0);
     let (mut bx, mut by) = ([0.0; 3], [0.0; 3]);
-    for &(i, j) in pairs {
+    for (&(i, j), &w) in pairs.iter().zip(&weights) {
         let (u, v) = (sa[i].x - mx, sa[i].y - my);
-        sxx += u * u;
-        sxy += u * v;
-        syy += v * v;
-        bx = [bx[0] + u * sb[j].x, bx[1] + v * sb[j].x, bx[2] + sb[j].x];
-        by = [by[0] + u * sb[j].y, by[1] + v * sb[j].y, by[2] + sb[j].y];
+        sxx += w * u * u;
+        sxy += w * u * v;
+        syy += w * v * v;
+        bx = [
+            bx[0] + w * u * sb[j].x,
+            bx[1] + w * v * sb[j].x,
+            bx[2] + w * sb[j].x,
+        ];
+        by = [
+            by[0] + w * u * sb[j].y,
+            by[1] + w * v * sb[j].y,
+            by[2] + w * sb[j].y,
+        ];
     }
     // Centred coordinates decouple the constant term from the linear ones.
     let det = sxx * syy - sxy * sxy;
@@ -384,42 +465,83 @@ fn fit_affine(sa: &[&Source], sb: &[&Source], pairs: &[Pair]) -> Result<Affine, 
     })
 }
 
-/// Median flux_B / flux_A over kept pairs of bright unsaturated stars;
-/// with fewer than 3 of those, over the `flux_fallback_pairs` pairs of
-/// highest S/N (the lower of the two stars'); 1 if no pair has positive
-/// fluxes.
+/// flux_B / flux_A of the stars that did not vary: the inverse-variance
+/// weighted mean of `ln(flux_B / flux_A)` over the kept pairs (both stars
+/// unsaturated, positive fluxes) that agree with it within
+/// `flux_clip_sigma` of their own error; 1 if no pair qualifies.
+///
+/// The agreeing set starts from the pair whose ratio the most others agree
+/// with, not from a median: a median needs more than half of the pairs to be
+/// constant, and a small image can hold as many variable stars as bright
+/// constant ones (seed 77's 528×384 pair 1 had 4 variables among its 8
+/// pairs of S/N > 20, the median landed between the two groups at 1.56
+/// instead of 1.04, and every galaxy left a negative residual that hid the
+/// supernovae beside it). Variables brighten or fade by different factors,
+/// so they do not agree with one another, while every constant star agrees
+/// with the true ratio.
 fn flux_ratio(sa: &[&Source], sb: &[&Source], kept: &[Pair], p: &AlignParams) -> f64 {
-    let mut pairs: Vec<(&Source, &Source)> = kept
+    let floor2 = p.flux_error_floor.powi(2);
+    // (ln ratio, its σ) per usable pair.
+    let logs: Vec<(f64, f64)> = kept
         .iter()
         .map(|&(i, j)| (sa[i], sb[j]))
-        .filter(|(a, b)| a.flux > 0.0 && b.flux > 0.0 && !a.saturated && !b.saturated)
+        .filter(|(a, b)| {
+            a.flux > 0.0
+                && b.flux > 0.0
+                && a.snr > 0.0
+                && b.snr > 0.0
+                && !a.saturated
+                && !b.saturated
+        })
+        .map(|(a, b)| {
+            let sigma = (a.snr.powi(-2) + b.snr.powi(-2) + floor2).sqrt();
+            ((b.flux / a.flux).ln(), sigma)
+        })
+        .filter(|(l, s)| l.is_finite() && s.is_finite())
         .collect();
-    // Highest S/N first; `kept` order breaks ties, so the choice is stable.
-    pairs.sort_by(|x, y| y.0.snr.min(y.1.snr).total_cmp(&x.0.snr.min(x.1.snr)));
-    let bright = pairs
-        .iter()
-        .filter(|(a, b)| a.snr > p.flux_min_snr && b.snr > p.flux_min_snr)
-        .count();
-    let take = if bright >= 3 {
-        bright
-    } else {
-        p.flux_fallback_pairs.max(1)
+    let agreeing = |centre: f64| -> Vec<(f64, f64)> {
+        logs.iter()
+            .copied()
+            .filter(|&(l, s)| (l - centre).abs() <= p.flux_clip_sigma * s)
+            .collect()
     };
-    let mut r: Vec<f64> = pairs
-        .iter()
-        .take(take)
-        .map(|(a, b)| b.flux / a.flux)
-        .collect();
-    if r.is_empty() {
+    let weighted_mean = |set: &[(f64, f64)]| -> (f64, f64) {
+        let (mut sw, mut swl) = (0.0, 0.0);
+        for &(l, s) in set {
+            let w = s.powi(-2);
+            sw += w;
+            swl += w * l;
+        }
+        (swl / sw, sw)
+    };
+    // The consensus start: most agreeing pairs, then most weight; the first
+    // such pair in `kept` order wins ties, so the choice is stable.
+    let mut best: Option<(usize, f64, f64)> = None;
+    for &(centre, _) in &logs {
+        let set = agreeing(centre);
+        let (count, weight) = (set.len(), weighted_mean(&set).1);
+        if best.is_none_or(|(c, w, _)| count > c || (count == c && weight > w)) {
+            best = Some((count, weight, centre));
+        }
+    }
+    let Some((_, _, mut centre)) = best else {
         return 1.0;
+    };
+    let mut members = agreeing(centre);
+    // Refine: the mean of the agreeing pairs, then the pairs agreeing with
+    // that mean, until the set settles (a few rounds at most).
+    for _ in 0..p.max_iterations.max(1) {
+        if members.is_empty() {
+            break;
+        }
+        centre = weighted_mean(&members).0;
+        let next = agreeing(centre);
+        if next == members {
+            break;
+        }
+        members = next;
     }
-    r.sort_by(f64::total_cmp);
-    let m = r.len() / 2;
-    if r.len() % 2 == 1 {
-        r[m]
-    } else {
-        0.5 * (r[m - 1] + r[m])
-    }
+    centre.exp()
 }
 
 #[cfg(test)]
@@ -495,6 +617,82 @@ mod tests {
             al.flux_ratio
         );
         assert!(al.fwhm_b > al.fwhm_a);
+    }
+
+    fn star(x: f64, flux: f64, snr: f64) -> Source {
+        Source {
+            x,
+            y: 10.0,
+            flux,
+            peak: flux / 20.0,
+            fwhm: 3.0,
+            pixels: 30,
+            snr,
+            saturated: false,
+            point_like: true,
+        }
+    }
+
+    #[test]
+    fn flux_ratio_follows_the_constant_stars_even_when_variables_are_half() {
+        // Seed 77's 528×384 pair 1 in miniature: four constant stars at
+        // B/A ≈ 1.04 and four variables brightened 2.0–2.7 times; the old
+        // median of these eight gave (1.062 + 2.056) / 2 = 1.56.
+        let ratios = [
+            (1.008, 21.0),
+            (1.028, 63.0),
+            (1.060, 47.0),
+            (1.062, 109.0),
+            (2.056, 30.0),
+            (2.288, 42.0),
+            (2.300, 54.0),
+            (2.679, 27.0),
+        ];
+        let a: Vec<Source> = ratios
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, snr))| star(i as f64 * 20.0, 10_000.0, snr))
+            .collect();
+        let b: Vec<Source> = ratios
+            .iter()
+            .enumerate()
+            .map(|(i, &(r, snr))| star(i as f64 * 20.0, 10_000.0 * r, snr * r))
+            .collect();
+        let sa: Vec<&Source> = a.iter().collect();
+        let sb: Vec<&Source> = b.iter().collect();
+        let kept: Vec<Pair> = (0..ratios.len()).map(|i| (i, i)).collect();
+        let r = flux_ratio(&sa, &sb, &kept, &AlignParams::default());
+        assert!((r / 1.045 - 1.0).abs() < 0.02, "ratio {r}");
+    }
+
+    /// The generator's seed-77 pair 1 at 300–900 px (528×384), where
+    /// detection found none of the 8 supernovae of S/N ≥ 5: few bright
+    /// stars, so variables skewed the flux ratio (1.56 for 1.06) and the
+    /// fall-back to faint stars and galaxies made an unweighted map 0.19 px
+    /// wrong.
+    #[test]
+    fn small_generated_pair_gets_its_flux_ratio_and_a_sharp_map() {
+        let (scene, a, b) = crate::testutil::generated_pair(77, 300, 900, 0);
+        assert_eq!((a.width(), a.height()), (528, 384));
+        let da = detect(&a, &DetectParams::default()).unwrap();
+        let db = detect(&b, &DetectParams::default()).unwrap();
+        let al = align(&da, &db, &AlignParams::default()).unwrap();
+        let truth = scene.b.transparency;
+        assert!(
+            (al.flux_ratio / truth - 1.0).abs() < 0.02,
+            "ratio {} for {truth}",
+            al.flux_ratio
+        );
+        let mut worst: f64 = 0.0;
+        for gy in 0..=8 {
+            for gx in 0..=8 {
+                let x = gx as f64 * (a.width() - 1) as f64 / 8.0;
+                let y = gy as f64 * (a.height() - 1) as f64 / 8.0;
+                let (p, q) = (al.a_to_b.apply(x, y), scene.a_to_b.apply(x, y));
+                worst = worst.max((p.0 - q.0).hypot(p.1 - q.1));
+            }
+        }
+        assert!(worst < 0.08, "map off by up to {worst} px: {al:?}");
     }
 
     #[test]

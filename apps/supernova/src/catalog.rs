@@ -76,14 +76,16 @@ pub struct Alignment {
     pub matched: usize,
     /// Star pairs the fit rejected as outliers.
     pub rejected: usize,
-    /// RMS distance of the kept pairs after the fit, in pixels.
+    /// RMS distance of the kept pairs after the fit, in pixels, each pair
+    /// weighted as in the fit (by its inverse centroid variance).
     pub rms: f64,
     /// Seeing of A (FWHM, pixels).
     pub fwhm_a: f64,
     /// Seeing of B (FWHM, pixels).
     pub fwhm_b: f64,
-    /// Flux of B over flux of A for the same stars (median over matched,
-    /// unsaturated stars).
+    /// Flux of B over flux of A for the same stars (weighted mean over the
+    /// matched, unsaturated stars that agree on it, so variable stars do not
+    /// count; see [`crate::align::align`]).
     pub flux_ratio: f64,
 }
 

@@ -23,8 +23,11 @@
 //!   their seeing (an isophotal flux loses more of a broad star); `snr` is
 //!   that flux over the sky noise in the aperture.
 //!
-//! The seeing is the clipped median FWHM of bright, unsaturated, round
-//! objects; galaxies (broader) and cosmic rays (sharper) fall outside.
+//! The seeing is the clipped median FWHM of the stellar locus: the densest
+//! narrow window of widths among bright, unsaturated, round objects, where
+//! every star lies, whereas galaxies (broader) spread out and cosmic rays
+//! (sharper) fall below the width cut. A plain median of those objects is
+//! a galaxy's width on a small image with few bright stars.
 
 use crate::background::{clipped_median, Background, BackgroundError, BackgroundParams};
 use crate::catalog::{Detection, Source};
@@ -66,6 +69,12 @@ pub struct DetectParams {
     /// Narrowest FWHM (px) an object may have to count for the seeing
     /// (default 1.5): cosmic rays measure ≲ 1 px, the sharpest PSF 2.2 px.
     pub seeing_min_fwhm: f64,
+    /// Relative width of the window in which the stars' FWHMs are sought
+    /// (default 0.1, i.e. widths from w to 1.1 w): stars of S/N ≥ 20 measure
+    /// within a few per cent of the seeing, so the window holds nearly all
+    /// of them, while it spans too little of the galaxies' 1.2–3 × spread
+    /// to gather as many of them.
+    pub seeing_locus_width: f64,
     /// Point-like objects have FWHM ≥ this × seeing (default 0.7): sharper
     /// ones are cosmic rays or hot pixels.
     pub point_like_min: f64,
@@ -89,7 +98,7 @@ pub struct DetectParams {
     /// Aperture radius for fluxes, in units of the seeing FWHM (default 3):
     /// holds all of a Gaussian star and ≳ 96 % of a Moffat β ≥ 2.5 one, the
     /// same fraction in both epochs, while staying small enough in crowded
-    /// fields that the median flux ratio is not disturbed.
+    /// fields that the flux ratio is not disturbed.
     pub aperture_fwhm: f64,
 }
 
@@ -104,6 +113,7 @@ impl Default for DetectParams {
             seeing_min_snr: 20.0,
             seeing_max_ellipticity: 0.25,
             seeing_min_fwhm: 1.5,
+            seeing_locus_width: 0.1,
             point_like_min: 0.7,
             point_like_max: 1.2,
             deblend: true,
@@ -392,8 +402,9 @@ fn weighted_sums(
     m
 }
 
-/// The seeing: clipped median FWHM of bright, round, unsaturated objects,
-/// relaxing the brightness cut if too few qualify; 0 if none do.
+/// The seeing: the clipped median FWHM of the stellar locus among bright,
+/// round, unsaturated objects (see [`stellar_locus`]), relaxing the
+/// brightness cut if too few qualify; 0 if none do.
 fn estimate_seeing(measured: &[Measured], params: &DetectParams) -> f64 {
     for factor in [1.0, 0.5, 0.25] {
         let widths: Vec<f32> = measured
@@ -408,12 +419,40 @@ fn estimate_seeing(measured: &[Measured], params: &DetectParams) -> f64 {
             .map(|m| m.fwhm as f32)
             .collect();
         if widths.len() >= 3 || (factor < 0.5 && !widths.is_empty()) {
-            if let Some(s) = clipped_median(&widths, 3.0, 10) {
+            let locus = stellar_locus(&widths, params.seeing_locus_width);
+            if let Some(s) = clipped_median(&locus, 3.0, 10) {
                 return s.median as f64;
             }
         }
     }
     0.0
+}
+
+/// The widths in the densest window `[w, w·(1 + width)]` over the sorted
+/// widths (the narrowest such window on ties).
+///
+/// Every star has the seeing's width, so stars pile up in one narrow
+/// window, while round galaxies spread over 1.2–3 times it. A plain median
+/// of all bright round objects assumes stars are the majority, which fails
+/// on a small image: seed 78's 352×768 pair 4 held 14 bright stars among 44
+/// bright round objects, and its median (5.3 px instead of 4.2) made compact
+/// galaxies "point-like", misaligned the images and mismatched their PSFs.
+fn stellar_locus(widths: &[f32], width: f64) -> Vec<f32> {
+    let mut sorted: Vec<f32> = widths.iter().copied().filter(|w| w.is_finite()).collect();
+    sorted.sort_by(f32::total_cmp);
+    let mut best = (0usize, 0usize);
+    let mut end = 0;
+    for start in 0..sorted.len() {
+        let limit = sorted[start] as f64 * (1.0 + width);
+        end = end.max(start);
+        while end < sorted.len() && sorted[end] as f64 <= limit {
+            end += 1;
+        }
+        if end - start > best.1 - best.0 {
+            best = (start, end);
+        }
+    }
+    sorted[best.0..best.1].to_vec()
 }
 
 /// Aperture flux, S/N and the point-like flag, once the seeing is known.
@@ -526,6 +565,36 @@ mod tests {
         for w in det.sources.windows(2) {
             assert!(w[0].flux >= w[1].flux);
         }
+    }
+
+    /// The generator's seed-78 pair 4 at 300–900 px (352×768): 14 bright
+    /// stars among 44 bright round objects, so the median width (5.3 px) was
+    /// a galaxy's; the stars measure 4.2 px (a Moffat PSF of FWHM 3.68 px
+    /// reads 1.1–1.2 times that).
+    #[test]
+    fn seeing_of_a_small_galaxy_rich_image_is_the_stars_width() {
+        let (scene, a, b) = crate::testutil::generated_pair(78, 300, 900, 3);
+        assert_eq!((a.width(), a.height()), (352, 768));
+        for (image, fwhm) in [(&a, scene.a.psf.fwhm), (&b, scene.b.psf.fwhm)] {
+            let det = detect(image, &DetectParams::default()).unwrap();
+            let ratio = det.seeing_fwhm / fwhm;
+            assert!(
+                (1.0..1.22).contains(&ratio),
+                "seeing {} for a PSF of FWHM {fwhm}",
+                det.seeing_fwhm
+            );
+        }
+    }
+
+    #[test]
+    fn stellar_locus_is_the_densest_narrow_window() {
+        // Four stars near 4.2 px among six spread-out galaxies, which hold
+        // the median.
+        let widths = [4.16, 4.2, 4.22, 4.26, 5.4, 6.0, 6.6, 7.4, 8.1, 9.3];
+        let locus = stellar_locus(&widths, 0.1);
+        assert_eq!(locus, vec![4.16, 4.2, 4.22, 4.26]);
+        assert!(stellar_locus(&[], 0.1).is_empty());
+        assert_eq!(stellar_locus(&[3.0, f32::NAN], 0.1), vec![3.0]);
     }
 
     #[test]

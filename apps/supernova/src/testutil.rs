@@ -338,3 +338,29 @@ pub fn random_field(
     }
     out
 }
+
+/// One pair exactly as `supernova generate --seed SEED --min-size MIN
+/// --max-size MAX` writes its pair `index + 1` (the scene does not depend
+/// on how many pairs are generated): the drawn scene with its truth, and
+/// the rendered images A and B.
+pub fn generated_pair(
+    seed: u64,
+    min_size: usize,
+    max_size: usize,
+    index: usize,
+) -> (crate::generate::Scene, Image, Image) {
+    use crate::generate::{draw_scene, render, GenerateConfig};
+    use crate::layout::Epoch;
+    let config = GenerateConfig {
+        seed,
+        pairs: index + 1,
+        min_size,
+        max_size,
+        ..GenerateConfig::default()
+    };
+    let entry = &crate::manifest::Manifest::plan(&config).pairs[index];
+    let scene = draw_scene(&config, index, entry.width, entry.height);
+    let a = render(&scene, Epoch::A, &config, index);
+    let b = render(&scene, Epoch::B, &config, index);
+    (scene, a, b)
+}
