@@ -18,7 +18,8 @@
 //!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
 //!   index on its node), `CONSTELLATION_LABELS` (its contexts, comma
 //!   separated), `CONSTELLATION_ACTIVITY`, `CONSTELLATION_ATTEMPT`, and
-//!   whatever the executor was given, e.g. `CUDA_VISIBLE_DEVICES`.
+//!   whatever the executor was given, e.g. `CUDA_VISIBLE_DEVICES`; and
+//!   [`TOKEN_VAR`], by which its orphans are known.
 //!
 //! ```no_run
 //! use constellation::collect::SingleEventCollector;

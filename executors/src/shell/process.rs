@@ -137,6 +137,8 @@ pub(crate) fn run_once_tracked(
     // command left behind. What left the group (`setsid`) is found through
     // the command's tracking, also while the leader is unreaped.
     kill_group(&child);
+    // A leader that timed out was only just sent SIGKILL; what is left is
+    // sought once it is dead, when its children have been reparented.
     let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
     tracked.finish(child.id() as libc::pid_t);
     let status = reap(&child);
