@@ -163,7 +163,7 @@ fn bad_pools_are_clear_errors() {
     );
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad).contains("invalid walltime `soon`"),
+        text(&bad).contains("bad duration `soon`") && text(&bad).contains("--walltime"),
         "{}",
         text(&bad)
     );

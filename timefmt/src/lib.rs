@@ -126,13 +126,23 @@ fn invalid(input: &str, reason: impl Into<String>) -> DurationError {
     }
 }
 
+/// jiff's explanation without its preamble, which names jiff's internal
+/// format ("friendly") that users of this tool never see.
+fn jiff_reason(error: &jiff::Error) -> String {
+    let text = error.to_string();
+    match text.split_once("duration format: ") {
+        Some((_, reason)) => reason.to_string(),
+        None => text,
+    }
+}
+
 /// Reads the unit forms with jiff; days are 24 hours, and units without a
 /// fixed length (months, years) are refused.
 fn parse_units(input: &str) -> Result<Duration, DurationError> {
     static PARSER: SpanParser = SpanParser::new();
     let span = PARSER
         .parse_span(input)
-        .map_err(|e| invalid(input, e.to_string()))?;
+        .map_err(|e| invalid(input, jiff_reason(&e)))?;
     if span.get_years() != 0 || span.get_months() != 0 {
         return Err(invalid(
             input,
