@@ -535,7 +535,7 @@ script = "setsid sleep 312 & echo $! > ends.pid; sleep 1"
 [[activity]]
 id = "times-out"
 script = "setsid sleep 312 & echo $! > times-out.pid; sleep 60"
-timeout = "2s"
+timeout = "5s"
 "#,
         )
         .unwrap();

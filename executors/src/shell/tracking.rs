@@ -455,7 +455,9 @@ mod tests {
         // reader, and with it the test, waiting for 312 s.
         let mut spec = ShellSpec::script(script).cwd(&dir).output_dir(&dir);
         if timeout {
-            spec = spec.timeout(Duration::from_secs(2));
+            // Long enough for the shell to start the detached child on a
+            // loaded machine.
+            spec = spec.timeout(Duration::from_secs(5));
         }
         let files = (dir.join("stdout"), dir.join("stderr"));
         let done = run_once_tracked(&spec, &[], Some(&files), tracking);
@@ -578,9 +580,13 @@ mod tests {
         // must not kill the other's detached child.
         let dir = scratch("neighbour");
         let tracking = ProcessTracking::Subreaper;
-        let long = ShellSpec::script("setsid sleep 313 & echo $! > long.pid; sleep 4")
-            .cwd(&dir)
-            .capture(Capture::Memory { limit: 4096 });
+        let long = ShellSpec::script(
+            // Ends when the test says so (or after 60 s, should it fail first).
+            "setsid sleep 313 & echo $! > long.pid; \
+             for i in $(seq 1200); do [ -e go ] && break; sleep 0.05; done",
+        )
+        .cwd(&dir)
+        .capture(Capture::Discard);
         let neighbour = std::thread::spawn({
             let tracking = tracking.clone();
             move || run_once_tracked(&long, &[], None, &tracking)
@@ -591,19 +597,20 @@ mod tests {
             assert!(Instant::now() < deadline, "the long command never started");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let short = ShellSpec::script("setsid sleep 314 & sleep 0.1")
-            .capture(Capture::Memory { limit: 4096 });
+        let short = ShellSpec::script("setsid sleep 314 & sleep 0.1").capture(Capture::Discard);
         run_once_tracked(&short, &[], None, &tracking);
         let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
             .unwrap()
             .trim()
             .parse()
             .unwrap();
+        let spared = alive(pid);
+        std::fs::write(dir.join("go"), "").unwrap();
+        neighbour.join().unwrap();
         assert!(
-            alive(pid),
+            spared,
             "the other command's detached child {pid} was killed"
         );
-        neighbour.join().unwrap();
         assert!(
             !alive(pid),
             "the detached child {pid} outlived its own command"
