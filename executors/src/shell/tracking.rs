@@ -18,7 +18,12 @@
 //!   ends, the executor kills the reparented processes that carry the token,
 //!   or share the command's process group or the session of one it killed,
 //!   and reaps them. A descendant that clears its environment and leaves the
-//!   session escapes this mechanism, not the cgroup one.
+//!   session escapes this mechanism, not the cgroup one; and one that leaves
+//!   the session and exits while its command still runs stays a zombie of
+//!   this process, as a dead process's environment can no longer be read
+//!   to tell whose it was (reaping an unknown zombie could take another
+//!   thread's child from under its `wait`). The subreaper is process-wide:
+//!   orphans of other children this process starts are adopted too.
 //!
 //! [`TRACKING_VAR`] picks one: `cgroup`, `subreaper` or `auto` (the default:
 //! cgroup v2 where it works, else the subreaper).
