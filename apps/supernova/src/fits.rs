@@ -520,8 +520,14 @@ fn describe(e: &CfitsioError) -> String {
     }
 }
 
+// The integration tests damage headers with the same helper.
+#[cfg(test)]
+#[path = "../tests/common/fits_header.rs"]
+mod fits_header;
+
 #[cfg(test)]
 mod tests {
+    use super::fits_header::forge_card;
     use super::*;
     use crate::fsutil::test_dir;
 
@@ -700,20 +706,6 @@ mod tests {
             ),
             "{err}"
         );
-    }
-
-    /// Overwrites the value of header card `key` (columns 11 to 30, right
-    /// justified, as FITS writes integers) in the file at `path`.
-    fn forge_card(path: &Path, key: &str, value: &str) {
-        let mut bytes = std::fs::read(path).unwrap();
-        let name = format!("{key:<8}=");
-        let card = bytes[..2880]
-            .chunks(80)
-            .position(|card| card.starts_with(name.as_bytes()))
-            .unwrap_or_else(|| panic!("no {key} card"));
-        let at = card * 80 + 10;
-        bytes[at..at + 20].copy_from_slice(format!("{value:>20}").as_bytes());
-        std::fs::write(path, bytes).unwrap();
     }
 
     #[test]

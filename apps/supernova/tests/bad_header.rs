@@ -3,41 +3,10 @@
 //! 100000 pixels, losing every other pair of the run.
 
 mod common;
-use common::scratch;
+use common::fits_header::forge_card;
+use common::{generate, scratch, supernova, text};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn supernova(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_supernova"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("start supernova")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Overwrites the value of header card `key` (columns 11 to 30, right
-/// justified, as FITS writes integers) in the FITS file at `path`.
-fn forge_card(path: &Path, key: &str, value: &str) {
-    let mut bytes = std::fs::read(path).unwrap();
-    let name = format!("{key:<8}=");
-    let card = bytes[..2880]
-        .chunks(80)
-        .position(|card| card.starts_with(name.as_bytes()))
-        .unwrap_or_else(|| panic!("{}: no {key} card", path.display()));
-    let at = card * 80 + 10;
-    bytes[at..at + 20].copy_from_slice(format!("{value:>20}").as_bytes());
-    std::fs::write(path, bytes).unwrap();
-}
 
 /// Every copy of `pair`'s epoch-A image in the dataset at `data`, at
 /// whichever sites hold one.
@@ -55,23 +24,11 @@ fn epoch_a_copies(data: &Path, pair: &str) -> Vec<PathBuf> {
 fn a_pair_whose_header_claims_too_many_pixels_fails_alone() {
     let dir = scratch("bad-header");
     let data = dir.join("data");
-    let generated = supernova(
-        &[
-            "generate",
-            "--out",
-            data.to_str().unwrap(),
-            "--pairs",
-            "3",
-            "--seed",
-            "7",
-            "--min-size",
-            "256",
-            "--max-size",
-            "320",
-        ],
+    generate(
         &dir,
+        &data,
+        "--pairs 3 --seed 7 --min-size 256 --max-size 320",
     );
-    assert!(generated.status.success(), "{}", text(&generated));
     let copies = epoch_a_copies(&data, "pair-0002");
     assert!(!copies.is_empty(), "the dataset holds no pair-0002");
     let actual_bytes = std::fs::metadata(&copies[0]).unwrap().len();

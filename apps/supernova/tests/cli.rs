@@ -3,46 +3,14 @@
 //! many-task version, and bad input gets a clear error, not a panic.
 
 mod common;
-use common::scratch;
+use common::{constellation_binary, generate, scratch, supernova, text, write_graph};
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Mutex;
 
 /// Held by the tests that load the cores or that measure real time.
 static CPU: Mutex<()> = Mutex::new(());
-
-fn supernova(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_supernova"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("start supernova")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// The `constellation` binary of this workspace, built if a narrower
-/// `cargo test` did not build it.
-fn constellation_binary() -> PathBuf {
-    let here = PathBuf::from(env!("CARGO_BIN_EXE_supernova"));
-    let binary = here.with_file_name("constellation");
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "gluein", "--bin", "constellation"])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the constellation binary failed");
-    }
-    binary
-}
 
 fn candidate_files(dir: &Path) -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
@@ -62,23 +30,11 @@ fn the_step_scripts_as_a_graph_give_the_same_candidates_as_the_rust_activities()
     let _busy = CPU.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("graph");
     let data = dir.join("data");
-    let generated = supernova(
-        &[
-            "generate",
-            "--out",
-            data.to_str().unwrap(),
-            "--pairs",
-            "2",
-            "--seed",
-            "5",
-            "--min-size",
-            "320",
-            "--max-size",
-            "448",
-        ],
+    generate(
         &dir,
+        &data,
+        "--pairs 2 --seed 5 --min-size 320 --max-size 448",
     );
-    assert!(generated.status.success(), "{}", text(&generated));
 
     let rust = dir.join("rust");
     let ran = supernova(
@@ -100,21 +56,7 @@ fn the_step_scripts_as_a_graph_give_the_same_candidates_as_the_rust_activities()
     assert!(rust.join("utilization.png").exists());
 
     let graph = dir.join("pipeline.toml");
-    let written = supernova(
-        &[
-            "graph",
-            "--data",
-            data.to_str().unwrap(),
-            "--out",
-            graph.to_str().unwrap(),
-            "--work",
-            dir.join("work").to_str().unwrap(),
-            "--results",
-            dir.join("scripted").to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert!(written.status.success(), "{}", text(&written));
+    write_graph(&dir, &data, &graph, &dir.join("scripted"));
     let run = Command::new(constellation_binary())
         .args(["run", graph.to_str().unwrap(), "-n", "2"])
         .current_dir(&dir)

@@ -4,46 +4,13 @@
 //! row per activity (522 rows for a small dataset before).
 
 mod common;
-use common::scratch;
+use common::{constellation_binary, generate, scratch, text, write_graph};
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use supernova::manifest::Manifest;
 use supernova::tiles;
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn supernova(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_supernova"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("start supernova")
-}
-
-/// The `constellation` binary of this workspace, built if a narrower
-/// `cargo test` did not build it.
-fn constellation_binary() -> PathBuf {
-    let here = PathBuf::from(env!("CARGO_BIN_EXE_supernova"));
-    let binary = here.with_file_name("constellation");
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "gluein", "--bin", "constellation"])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the constellation binary failed");
-    }
-    binary
-}
 
 /// The ids of every activity the pipeline has for `manifest`: what the
 /// graph must contain, no more and no less.
@@ -89,23 +56,11 @@ const TEMPLATES: [&str; 9] = [
 fn the_graph_sweeps_each_step_over_the_pairs_and_runs_end_to_end() {
     let dir = scratch("graph-sweeps");
     let data = dir.join("data");
-    let generated = supernova(
-        &[
-            "generate",
-            "--out",
-            data.to_str().unwrap(),
-            "--pairs",
-            "3",
-            "--seed",
-            "11",
-            "--min-size",
-            "256",
-            "--max-size",
-            "480",
-        ],
+    generate(
         &dir,
+        &data,
+        "--pairs 3 --seed 11 --min-size 256 --max-size 480",
     );
-    assert!(generated.status.success(), "{}", text(&generated));
     let manifest = Manifest::load(&data).unwrap();
     let tile_counts: BTreeSet<usize> = (manifest.pairs.iter())
         .map(|p| tiles::count(p.width, p.height, &Default::default()))
@@ -119,21 +74,7 @@ fn the_graph_sweeps_each_step_over_the_pairs_and_runs_end_to_end() {
     // Braces in a path must reach the scripts as written, not be taken for
     // placeholders. (Not in the FITS paths: cfitsio has its own syntax.)
     let results = dir.join("results {y}");
-    let written = supernova(
-        &[
-            "graph",
-            "--data",
-            data.to_str().unwrap(),
-            "--out",
-            graph_file.to_str().unwrap(),
-            "--work",
-            dir.join("work").to_str().unwrap(),
-            "--results",
-            results.to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert!(written.status.success(), "{}", text(&written));
+    write_graph(&dir, &data, &graph_file, &results);
 
     // Compact: eight steps once each and step 7.2 once per tile count,
     // every entry a sweep.
