@@ -35,10 +35,13 @@ pub fn init_logging() {
 /// an error, not die of it. Children are unaffected:
 /// `std::process::Command` restores SIGPIPE's default in them anyway.
 pub fn exit_quietly_on_broken_pipe() {
-    // SAFETY: setting a signal's disposition to SIG_DFL installs no
-    // handler; it is done before any other thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler, so no code runs in signal
+    // context; it is done before any other thread exists.
+    if let Err(error) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+        tracing::debug!(
+            "cannot restore SIGPIPE's default ({error}); a closed pipe is an error instead"
+        );
     }
 }
 
