@@ -10,6 +10,7 @@ use constellation::{Context, ContextList};
 use executors::shell::{RetryPolicy, ShellSpec};
 
 use crate::file::{toml_spans, EntrySpans, RawContext, RawDuration, RawEntry, RawGraph, RawValues};
+use crate::suggest::Suggestions;
 use crate::template::Template;
 
 /// Instances one entry may expand into; a sweep beyond this is a typo more
@@ -161,9 +162,13 @@ impl Graph {
             return Err(errors.finish());
         }
 
+        // Unknown names by entry and `after` item: a typo in a sweep's
+        // `after` is one mistake, reported once, however many activities
+        // it expands into.
+        let mut unknown: Vec<UnknownAfter> = Vec::new();
+        let mut unknown_at: HashMap<(usize, usize), usize> = HashMap::new();
         for (n, after) in wanted.into_iter().enumerate() {
             let entry_index = graph.nodes[n].entry;
-            let entry = &raw.activities[entry_index];
             let mut deps = Vec::new();
             for (dependency, item) in after {
                 let found: Vec<usize> = if dependency.contains('*') {
@@ -178,25 +183,60 @@ impl Graph {
                     graph.index.get(&dependency).copied().into_iter().collect()
                 };
                 if found.is_empty() {
-                    let hint = closest(&dependency, graph.index.keys())
-                        .map(|c| format!(" (did you mean `{c}`?)"))
-                        .unwrap_or_default();
-                    let what = if dependency.contains('*') {
-                        "matches no activity"
-                    } else {
-                        "is not an activity of this graph"
-                    };
-                    let message = format!(
-                        "`{}` runs after `{dependency}`, which {what}{hint}",
-                        graph.nodes[n].id
-                    );
-                    errors.at_after_item(entry_index, entry, item, message);
+                    match unknown_at.entry((entry_index, item)) {
+                        std::collections::hash_map::Entry::Occupied(at) => {
+                            let first = &mut unknown[*at.get()];
+                            first.more += 1;
+                            first.last = Some((n, dependency));
+                        }
+                        std::collections::hash_map::Entry::Vacant(at) => {
+                            at.insert(unknown.len());
+                            unknown.push(UnknownAfter {
+                                node: n,
+                                item,
+                                dependency,
+                                more: 0,
+                                last: None,
+                            });
+                        }
+                    }
                 }
                 deps.extend(found);
             }
             deps.sort_unstable();
             deps.dedup();
             graph.nodes[n].after = deps;
+        }
+        if !unknown.is_empty() {
+            let ids = graph.nodes.iter().map(|node| node.id.as_str());
+            let suggestions = Suggestions::new(ids, &graph.index);
+            for u in unknown {
+                let node = &graph.nodes[u.node];
+                let hint = (suggestions.suggest(&u.dependency))
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                let what = if u.dependency.contains('*') {
+                    "matches no activity"
+                } else {
+                    "is not an activity of this graph"
+                };
+                let others = match (&u.last, u.more) {
+                    (Some((m, last)), 1) => {
+                        format!("; so does `{}` (after `{last}`)", graph.nodes[*m].id)
+                    }
+                    (Some((m, last)), more) => format!(
+                        "; so do {more} more of this entry's activities, up to `{}` (after `{last}`)",
+                        graph.nodes[*m].id
+                    ),
+                    (None, _) => String::new(),
+                };
+                let message = format!(
+                    "`{}` runs after `{}`, which {what}{hint}{others}",
+                    node.id, u.dependency
+                );
+                let entry = &raw.activities[node.entry];
+                errors.at_after_item(node.entry, entry, u.item, message);
+            }
         }
         if !errors.list.is_empty() {
             return Err(errors.finish());
@@ -701,30 +741,19 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     true
 }
 
-/// The known id nearest to `wanted` by edit distance, if it is close.
-fn closest<'a>(wanted: &str, ids: impl Iterator<Item = &'a String>) -> Option<&'a str> {
-    let limit = (wanted.len() / 3).max(1);
-    ids.map(|id| (edit_distance(wanted, id), id))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, id)| id.as_str())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
+/// An `after` item that names no activity: where it is first met, and
+/// how many more activities of its entry meet it.
+struct UnknownAfter {
+    /// The first node whose `after` has it.
+    node: usize,
+    /// Its index in the entry's `after` list.
+    item: usize,
+    /// The name, rendered for that node.
+    dependency: String,
+    /// Further nodes of the entry with the same item unknown.
+    more: usize,
+    /// The last of those, with the name rendered for it.
+    last: Option<(usize, String)>,
 }
 
 /// One problem in a graph file.

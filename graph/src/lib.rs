@@ -38,6 +38,7 @@ mod coordinator;
 mod file;
 mod graph;
 mod retarget;
+mod suggest;
 mod template;
 
 pub use coordinator::{Coordinator, NodeReport, COORDINATOR_LABEL};

@@ -126,6 +126,88 @@ fn unknown_dependencies_point_at_the_item_and_suggest_a_fix() {
 }
 
 #[test]
+fn a_typo_in_a_sweeps_after_is_reported_once_with_a_suggestion() {
+    // 100,000 activities after a misspelt name: one error for the item,
+    // not 100,000, and a suggestion from the index (comparing each unknown
+    // name with every id took 8 minutes at 20,000).
+    let text = r#"
+[[activity]]
+id = "prepare"
+command = "true"
+
+[[activity]]
+id = "work-{n}"
+for = { n = "1..=100000" }
+command = "true"
+after = ["prepar"]
+"#;
+    assert_eq!(
+        error(text),
+        "pipeline.toml:10:10: `work-1` runs after `prepar`, which is not an activity of this graph \
+         (did you mean `prepare`?); so do 99999 more of this entry's activities, \
+         up to `work-100000` (after `prepar`)"
+    );
+
+    // A misspelt template: each name differs, the suggestion follows it.
+    let text = r#"
+[[activity]]
+id = "fetch-{n}"
+for = { n = "1..=100000" }
+command = "true"
+
+[[activity]]
+id = "work-{n}"
+for = { n = "1..=100000" }
+command = "true"
+after = ["fecth-{n}"]
+
+[[activity]]
+id = "summary"
+command = "true"
+after = ["fech-*"]
+"#;
+    let message = error(text);
+    let lines: Vec<&str> = message.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "pipeline.toml:11:10: `work-1` runs after `fecth-1`, which is not an activity of \
+             this graph (did you mean `fetch-1`?); so do 99999 more of this entry's activities, \
+             up to `work-100000` (after `fecth-100000`)",
+            "pipeline.toml:16:10: `summary` runs after `fech-*`, which matches no activity \
+             (did you mean `fetch-*`?)",
+        ]
+    );
+}
+
+#[test]
+fn a_name_past_the_end_of_a_sweep_suggests_its_last_id() {
+    let message = error(
+        r#"
+[[activity]]
+id = "fetch-{n}"
+for = { n = "1..=1000" }
+command = "true"
+
+[[activity]]
+id = "late"
+command = "true"
+after = ["fetch-1001", "fetch-0"]
+"#,
+    );
+    let lines: Vec<&str> = message.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "pipeline.toml:10:10: `late` runs after `fetch-1001`, which is not an activity of \
+             this graph (did you mean `fetch-1000`?)",
+            "pipeline.toml:10:24: `late` runs after `fetch-0`, which is not an activity of \
+             this graph (did you mean `fetch-1`?)",
+        ]
+    );
+}
+
+#[test]
 fn cycles_are_named() {
     let message = error(
         r#"
