@@ -249,6 +249,83 @@ fn failed_attempts_are_retried_with_their_output_kept() {
     assert!(!results[1].is_success());
 }
 
+/// Every file and folder under `root`, relative to it and sorted.
+fn tree(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            found.push(path.strip_prefix(root).unwrap().display().to_string());
+            if path.symlink_metadata().unwrap().is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn streams_a_command_wrote_nothing_to_leave_no_files() {
+    let dir = scratch("quiet");
+    let policy = RetryPolicy {
+        delay: Duration::from_millis(10),
+        ..RetryPolicy::attempts(3)
+    };
+    let results = run(vec![
+        ShellSpec::command("true").name("quiet").output_dir(&dir),
+        ShellSpec::script("exit 5")
+            .name("fails-quietly")
+            .output_dir(&dir),
+        // Quiet failures, then an attempt that speaks: only its file stays.
+        ShellSpec::script("[ $CONSTELLATION_ATTEMPT -ge 3 ] && echo third")
+            .name("late")
+            .output_dir(&dir)
+            .retry(policy),
+        // Output first, then quiet retries: the first attempt's file stays.
+        ShellSpec::script("[ $CONSTELLATION_ATTEMPT = 1 ] && echo first >&2; exit 1")
+            .name("early")
+            .output_dir(&dir)
+            .retry(policy),
+        ShellSpec::command("no-such-program-constellation")
+            .name("missing")
+            .output_dir(&dir),
+    ]);
+    assert!(results[0].is_success());
+    assert_eq!(
+        (&results[0].stdout, &results[0].stderr),
+        (&Output::Empty, &Output::Empty)
+    );
+    assert_eq!(results[0].stdout.text().as_deref(), Some(""));
+    let message = results[1].clone().check().unwrap_err().to_string();
+    assert!(
+        message.ends_with("exited with status 5; it wrote no error output"),
+        "{message}"
+    );
+    assert!(results[2].is_success());
+    assert_eq!(results[2].stdout, Output::File(dir.join("late/stdout.3")));
+    assert_eq!(text(&results[2].stdout), "third\n");
+    let history = &results[2].history;
+    assert_eq!(history.len(), 3);
+    assert!(history[..2]
+        .iter()
+        .all(|a| a.stdout.is_none() && a.stdout_bytes == 0));
+    assert_eq!(history[2].stdout_bytes, 6);
+    assert_eq!(results[3].attempts, 3);
+    assert_eq!(results[3].stderr, Output::Empty);
+    assert_eq!(results[3].history[0].stderr, Some(dir.join("early/stderr")));
+    assert!(matches!(
+        results[4].outcome,
+        ShellOutcome::StartFailed { .. }
+    ));
+    assert_eq!(
+        tree(&dir),
+        ["early", "early/stderr", "late", "late/stdout.3"]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn memory_capture_keeps_the_first_bytes_and_counts_the_rest() {
     let results = run(vec![

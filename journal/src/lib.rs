@@ -176,9 +176,11 @@ pub struct AttemptRow {
     pub message: Option<String>,
     /// User + system CPU seconds of the command, where known.
     pub cpu_seconds: Option<f64>,
-    /// Standard output file, if kept in one.
+    /// Standard output file, if kept in one. `None` also when the command
+    /// wrote nothing to it: the empty file is removed, and `stdout_bytes`
+    /// is 0.
     pub stdout: Option<String>,
-    /// Standard error file, if kept in one.
+    /// Standard error file, if kept in one; `None` also when it was empty.
     pub stderr: Option<String>,
     /// Bytes written to standard output.
     pub stdout_bytes: Option<i64>,

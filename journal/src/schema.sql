@@ -59,8 +59,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     signal       INTEGER,           -- for signalled
     message      TEXT,              -- the outcome in words
     cpu_seconds  REAL,              -- user + system CPU of the command, where known
-    stdout       TEXT,              -- file paths, NULL if not kept in a file
-    stderr       TEXT,
+    stdout       TEXT,              -- file paths, NULL if not kept in a file, or if the
+    stderr       TEXT,              --   command wrote nothing there (its empty file is removed)
     stdout_bytes INTEGER,
     stderr_bytes INTEGER,
     PRIMARY KEY (run, activity, attempt)

@@ -12,7 +12,9 @@
 //!   so nothing it started in the background outlives the activity.
 //! - Output goes to `stdout` and `stderr` files in a directory per activity
 //!   (the default, under [`default_output_dir`]), to memory up to a limit, or
-//!   nowhere.
+//!   nowhere. A file the command wrote nothing to is removed when it ends
+//!   ([`Output::Empty`]), and so is the activity's directory if that leaves
+//!   it empty: commands that print nothing leave no files.
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
 //! - The command sees the executor's resources as environment variables,
 //!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
@@ -42,6 +44,7 @@
 //! ```
 
 mod mpi_program;
+mod output;
 mod process;
 mod result;
 pub mod spawn;
@@ -226,19 +229,8 @@ fn output_files(
     root: &std::path::Path,
     activity: ActivityId,
     attempt: u32,
-) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
-    let dir = spec.output_dir_for(root, &activity.to_string());
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot create output directory {}: {e}", dir.display()))?;
-    let suffix = if attempt == 1 {
-        String::new()
-    } else {
-        format!(".{attempt}")
-    };
-    Ok((
-        dir.join(format!("stdout{suffix}")),
-        dir.join(format!("stderr{suffix}")),
-    ))
+) -> Result<output::OutputFiles, String> {
+    output::OutputFiles::prepare(spec.output_dir_for(root, &activity.to_string()), attempt)
 }
 
 #[typetag::serde]

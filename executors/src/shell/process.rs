@@ -5,11 +5,11 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::output::OutputFiles;
 use super::result::{Output, ShellOutcome};
 use super::spec::{Capture, ShellSpec};
 use super::tracking::ProcessTracking;
@@ -31,11 +31,12 @@ pub(crate) struct Attempt {
 
 /// Runs `spec` once. `env` is the executor's environment for its children,
 /// applied before the spec's own variables; `files` names the `stdout` and
-/// `stderr` paths when output goes to files.
+/// `stderr` paths when output goes to files, which are removed again if
+/// the command wrote nothing into them.
 pub(crate) fn run_once(
     spec: &ShellSpec,
     env: &[(String, String)],
-    files: Option<&(PathBuf, PathBuf)>,
+    files: Option<&OutputFiles>,
 ) -> Attempt {
     run_once_tracked(spec, env, files, ProcessTracking::current())
 }
@@ -44,7 +45,7 @@ pub(crate) fn run_once(
 pub(crate) fn run_once_tracked(
     spec: &ShellSpec,
     env: &[(String, String)],
-    files: Option<&(PathBuf, PathBuf)>,
+    files: Option<&OutputFiles>,
     tracking: &ProcessTracking,
 ) -> Attempt {
     let started = Instant::now();
@@ -86,26 +87,6 @@ pub(crate) fn run_once_tracked(
             }
         },
     };
-    match (&spec.capture, files) {
-        (Capture::Files { .. }, Some((out, err))) => {
-            let (out_file, err_file) = match (File::create(out), File::create(err)) {
-                (Ok(o), Ok(e)) => (o, e),
-                (Err(error), _) | (_, Err(error)) => {
-                    return failed(format!(
-                        "cannot create output files in {}: {error}",
-                        out.parent().unwrap_or(out).display()
-                    ))
-                }
-            };
-            command.stdout(out_file).stderr(err_file);
-        }
-        (Capture::Memory { .. }, _) => {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        }
-        _ => {
-            command.stdout(Stdio::null()).stderr(Stdio::null());
-        }
-    }
     let tracked = match tracking.track(&mut command) {
         Ok(tracked) => tracked,
         Err(error) => {
@@ -119,9 +100,41 @@ pub(crate) fn run_once_tracked(
             }
         }
     };
+    // The files are created last, just before the start, so that a check
+    // that fails above leaves none behind.
+    let mut created = None;
+    match (&spec.capture, files) {
+        (Capture::Files { .. }, Some(files)) => {
+            let opened = match files.open() {
+                Ok(opened) => opened,
+                Err(error) => {
+                    let folder = files.stdout.parent().unwrap_or(&files.stdout);
+                    return failed(format!(
+                        "cannot create output files in {}: {error}",
+                        folder.display()
+                    ));
+                }
+            };
+            command.stdout(opened.stdout).stderr(opened.stderr);
+            created = Some(opened.identities);
+        }
+        (Capture::Memory { .. }, _) => {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        _ => {
+            command.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+    }
     let mut child = match super::spawn::spawn(&mut command) {
         Ok(child) => child,
-        Err(error) => return failed(describe_spawn_error(&argv[0], &error)),
+        Err(error) => {
+            if let (Some(files), Some(created)) = (files, &created) {
+                // Never started, so never wrote: remove the empty files.
+                drop(command);
+                files.settle(created);
+            }
+            return failed(describe_spawn_error(&argv[0], &error));
+        }
     };
     let readers = match spec.capture {
         Capture::Memory { limit } => Some((
@@ -155,10 +168,12 @@ pub(crate) fn run_once_tracked(
             reason: format!("the exit status could not be read: {error}"),
         },
     };
-    let (stdout, stderr) = match (readers, files) {
-        (Some((out, err)), _) => (join_reader(out), join_reader(err)),
-        (None, Some((out, err))) => (Output::File(out.clone()), Output::File(err.clone())),
-        (None, None) => (Output::Discarded, Output::Discarded),
+    let (stdout, stderr) = match (readers, files, &created) {
+        (Some((out, err)), _, _) => (join_reader(out), join_reader(err)),
+        // Everything the command started is dead: nothing writes to the
+        // files any more, so an empty one stays empty.
+        (None, Some(files), Some(created)) => files.settle(created),
+        _ => (Output::Discarded, Output::Discarded),
     };
     Attempt {
         outcome,

@@ -66,13 +66,18 @@ pub enum Output {
         /// Bytes beyond the limit that were read and dropped.
         truncated: u64,
     },
+    /// Nothing: the command wrote no byte to this stream, so its empty
+    /// file was removed (a million quiet commands leave no files). Reads
+    /// as empty text.
+    Empty,
     /// Not kept.
     Discarded,
 }
 
 impl Output {
     /// The stream as text, read from its file if it went to one; invalid
-    /// UTF-8 is replaced. `None` if it was discarded or the file is gone.
+    /// UTF-8 is replaced; empty for [`Output::Empty`]. `None` if it was
+    /// discarded or the file is gone.
     /// This reads all of it: for an error message, take
     /// [`last_lines`](Self::last_lines).
     pub fn text(&self) -> Option<String> {
@@ -81,13 +86,14 @@ impl Output {
                 .ok()
                 .map(|b| String::from_utf8_lossy(&b).into_owned()),
             Output::Memory { bytes, .. } => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Output::Empty => Some(String::new()),
             Output::Discarded => None,
         }
     }
 
     /// The last `count` lines of the stream, for an error message, each cut
-    /// to 300 characters; empty if the stream was discarded or its file is
-    /// gone. Only the last 64 KiB are read, however large the stream: a
+    /// to 300 characters; none if the stream was empty or discarded, or its
+    /// file is gone. Only the last 64 KiB are read, however large the stream: a
     /// line that begins before them is shown with a leading `…`.
     pub fn last_lines(&self, count: usize) -> Vec<String> {
         let (tail, cut) = match self {
@@ -100,7 +106,7 @@ impl Output {
                 let cut = start > 0 && bytes[start - 1] != b'\n';
                 (bytes[start..].to_vec(), cut)
             }
-            Output::Discarded => return Vec::new(),
+            Output::Empty | Output::Discarded => return Vec::new(),
         };
         let text = String::from_utf8_lossy(&tail);
         let lines: Vec<&str> = text.lines().collect();
@@ -116,16 +122,17 @@ impl Output {
     }
 
     /// How many bytes the stream carried: the file's size, or what memory
-    /// kept plus what it dropped; 0 when discarded.
+    /// kept plus what it dropped; 0 when empty or discarded.
     pub fn bytes(&self) -> u64 {
         match self {
             Output::File(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
             Output::Memory { bytes, truncated } => bytes.len() as u64 + truncated,
-            Output::Discarded => 0,
+            Output::Empty | Output::Discarded => 0,
         }
     }
 
-    /// The file the stream went to, if any.
+    /// The file the stream went to, if any: none for an [`Output::Empty`]
+    /// stream, whose file was removed.
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
             Output::File(path) => Some(path),
@@ -191,6 +198,7 @@ impl fmt::Debug for Output {
                     String::new()
                 }
             ),
+            Output::Empty => f.write_str("Empty"),
             Output::Discarded => f.write_str("Discarded"),
         }
     }
@@ -282,6 +290,7 @@ impl fmt::Display for ShellFailure {
         }
         match &r.stderr {
             Output::File(path) => write!(f, "; its error output is in {}", path.display()),
+            Output::Empty => f.write_str("; it wrote no error output"),
             Output::Memory { bytes, .. } if !bytes.is_empty() => {
                 write!(f, "; it wrote: {}", r.stderr.last_lines(3).join(" / "))
             }

@@ -464,7 +464,7 @@ mod tests {
             // loaded machine.
             spec = spec.timeout(Duration::from_secs(5));
         }
-        let files = (dir.join("stdout"), dir.join("stderr"));
+        let files = crate::shell::output::OutputFiles::at(dir.join("stdout"), dir.join("stderr"));
         let done = run_once_tracked(&spec, &[], Some(&files), tracking);
         if timeout {
             assert!(

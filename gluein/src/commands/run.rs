@@ -18,7 +18,7 @@ use constellation::core::MatchTable;
 use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ContextList, ExecutorContext, Pool};
 use executors::probe::Hardware;
-use executors::shell::{Capture, ShellOutcome, ShellResult};
+use executors::shell::{Capture, Output, ShellOutcome, ShellResult};
 use gluein::run_dir;
 use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
 use journal::{
@@ -878,6 +878,10 @@ fn failure_text(id: &str, result: &ShellResult) -> String {
     }
     if let Some(path) = result.stderr.path() {
         text.push_str(&format!("\n  stderr: {}", path.display()));
+    }
+    if result.stderr == Output::Empty {
+        // Its empty file was removed: say so rather than name no file.
+        text.push_str(" and wrote no error output");
     }
     // Only the stream's end is read, and long lines are cut: a command may
     // write gigabytes of error output, all on one line.
