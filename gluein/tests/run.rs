@@ -82,7 +82,7 @@ script = "echo a > a.txt"
 [[activity]]
 id = "b-{i}"
 for = { i = "1..=2" }
-script = "cat a.txt > b{i}.txt && echo b{i} >> b{i}.txt"
+script = "cat a.txt > b{i}.txt && echo b{i} | tee -a b{i}.txt"
 after = ["a"]
 
 [[activity]]
@@ -109,11 +109,15 @@ after = ["b-*"]
     let at = |id: &str| attempts.iter().find(|a| a.activity == id).unwrap().clone();
     assert!(at("b-1").started >= at("a").ended && at("b-2").started >= at("a").ended);
     assert!(at("d").started >= at("b-1").ended.max(at("b-2").ended));
-    assert!(at("d")
+    assert!(at("b-1")
         .stdout
         .as_deref()
         .unwrap()
-        .ends_with("output/d/stdout"));
+        .ends_with("output/b-1/stdout"));
+    // `d` printed nothing: its files and folder are gone, and the journal
+    // names no file for it.
+    assert_eq!((at("d").stdout, at("d").stderr), (None, None));
+    assert!(!dir.join("output/d").exists());
     assert_eq!(journal.runs().unwrap()[0].status, "succeeded");
     assert_eq!(journal.executors(1).unwrap().len(), 2);
 }
