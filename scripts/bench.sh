@@ -13,6 +13,15 @@
 #                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk
 #   graph_chains    `constellation run` of 100 independent chains of 100 activities running `true`,
 #                   2 executors, journal and output on tmpfs: wall seconds and activities/s
+#   graph_typo      seconds for `constellation run` to reject a 1,000,000-item sweep whose `after`
+#                   names no activity (a typo), with the runner's peak RSS; the run must fail with
+#                   the unknown-dependency error. GRAPH_TYPO_ACTIVITIES sets the size
+#   graph_1m        `constellation run` of a sweep of 1,000,000 `true`, 2 executors, journal and
+#                   output on tmpfs (/dev/shm or $BENCH_SCRATCH): wall seconds, seconds to the
+#                   first command (the journal's first attempt), peak RSS of the runner, journal
+#                   bytes and activities/s, one line each. GRAPH_1M_ACTIVITIES sets the size
+#                   (100000 for a quick look). Both use /usr/bin/time; graph_1m reads the journal
+#                   with sqlite3
 #   net_steal       200,000 trivial activities on a master with no executors, stolen over loopback
 #                   by one net-node worker with 2 executors (master-worker): activities/s, with
 #                   the worker's steal requests and imported activities
@@ -30,7 +39,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains
+all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains graph_typo graph_1m
      net_steal net_event_rtt net_fib supernova sim_scale)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
@@ -43,7 +52,8 @@ done
 
 cargo build --release --quiet -p constellation-workloads --bin constellation-bench
 case " ${names[*]} " in
-  *" graph_chains "*) cargo build --release --quiet -p gluein --bin constellation ;;
+  *" graph_chains "* | *" graph_typo "* | *" graph_1m "*)
+    cargo build --release --quiet -p gluein --bin constellation ;;
 esac
 case " ${names[*]} " in
   *" net_"*) cargo build --release --quiet -p constellation-workloads --bin net-node ;;
@@ -94,12 +104,107 @@ sim_scale_bench() {
     awk '/^\{/ {print; next} {print > "/dev/stderr"}'
 }
 
+# Seconds since the epoch, with fractions.
+now() { date +%s.%N; }
+
+# `constellation run` of a graph file of one `prepare` and a sweep of
+# GRAPH_TYPO_ACTIVITIES (default 1,000,000) activities after `prepar`:
+# the seconds until it fails with the unknown-dependency error, and its
+# peak RSS. A run that succeeds, or fails otherwise, stops the benchmark.
+graph_typo_bench() {
+  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  local count=${GRAPH_TYPO_ACTIVITIES:-1000000} scratch
+  scratch=$(mktemp -d "${BENCH_SCRATCH:-/dev/shm}/constellation-bench-typo-XXXXXX")
+  printf '%s\n' '[[activity]]' 'id = "prepare"' 'command = "true"' '' \
+    '[[activity]]' 'id = "work-{n}"' "for = { n = \"1..=$count\" }" 'command = "true"' \
+    'after = ["prepar"]' >"$scratch/typo.toml"
+  local seconds=() rss=()
+  for run in $(seq "$runs"); do
+    local started ended status=0
+    started=$(now)
+    (cd "$scratch" && /usr/bin/time -f %M -o rss "$exe" run typo.toml -n 2 --progress none \
+      --journal "run-$run/journal.db" >stdout 2>stderr) || status=$?
+    ended=$(now)
+    if [ "$status" = 0 ] || ! grep -q "which is not an activity of this graph" "$scratch/stderr"; then
+      echo "graph_typo: expected the unknown-dependency error, got status $status:" >&2
+      head -c 2000 "$scratch/stderr" >&2
+      rm -rf "$scratch"
+      return 1
+    fi
+    local wall kb
+    wall=$(awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}')
+    kb=$(tail -n 1 "$scratch/rss")
+    echo "graph_typo run $run: $wall s, peak RSS $((kb / 1024)) MiB, $(wc -l <"$scratch/stderr") line(s) on stderr" >&2
+    seconds+=("$wall")
+    rss+=("$kb")
+  done
+  rm -rf "$scratch"
+  printf '{"bench":"graph_typo","value":%s,"unit":"s","higher_is_better":false,"activities":%s}\n' \
+    "$(printf '%s\n' "${seconds[@]}" | median)" "$count"
+  printf '{"bench":"graph_typo_peak_rss","value":%s,"unit":"MiB","higher_is_better":false,"activities":%s}\n' \
+    "$(printf '%s\n' "${rss[@]}" | median | awk '{printf "%.0f", $1 / 1024}')" "$count"
+}
+
+# `constellation run` of a sweep of GRAPH_1M_ACTIVITIES (default 1,000,000)
+# `true` on 2 executors, journal and output on tmpfs. The first command's
+# start is the journal's earliest attempt; peak RSS is the runner's (the
+# largest process /usr/bin/time waited for: the runner, not a `true`).
+graph_1m_bench() {
+  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  local count=${GRAPH_1M_ACTIVITIES:-1000000} scratch
+  scratch=$(mktemp -d "${BENCH_SCRATCH:-/dev/shm}/constellation-bench-1m-XXXXXX")
+  printf '%s\n' '[[activity]]' 'id = "t-{n}"' "for = { n = \"1..=$count\" }" 'command = "true"' \
+    >"$scratch/sweep.toml"
+  local walls=() firsts=() rss=() journals=() rates=()
+  for run in $(seq "$runs"); do
+    local started ended status=0
+    started=$(now)
+    (cd "$scratch" && /usr/bin/time -f %M -o rss "$exe" run sweep.toml -n 2 --progress none \
+      --journal "run-$run/journal.db" >stdout 2>stderr) || status=$?
+    ended=$(now)
+    if [ "$status" != 0 ]; then
+      echo "graph_1m: constellation run failed with status $status:" >&2
+      head -c 2000 "$scratch/stderr" >&2
+      rm -rf "$scratch"
+      return 1
+    fi
+    local journal=$scratch/run-$run/journal.db wall first kb bytes rate
+    wall=$(awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}')
+    # Attempts are journaled with their start in Unix seconds (journal/src/schema.sql).
+    first=$(sqlite3 "$journal" 'SELECT min(started) FROM attempts' |
+      awk -v a="$started" '{printf "%.3f", $1 - a}')
+    kb=$(tail -n 1 "$scratch/rss")
+    # The database and whatever write-ahead log the run left beside it.
+    bytes=$(cat "$journal" "$journal-wal" 2>/dev/null | wc -c)
+    rate=$(awk -v n="$count" -v w="$wall" 'BEGIN {printf "%.1f", n / w}')
+    echo "graph_1m run $run: $wall s, first command after $first s, peak RSS $((kb / 1024)) MiB," \
+      "journal $bytes bytes, $rate activities/s" >&2
+    rm -rf "$scratch/run-$run"
+    walls+=("$wall") firsts+=("$first") rss+=("$kb") journals+=("$bytes") rates+=("$rate")
+  done
+  rm -rf "$scratch"
+  local figure
+  figure() { # name value unit higher_is_better
+    printf '{"bench":"%s","value":%s,"unit":"%s","higher_is_better":%s,"activities":%s}\n' \
+      "$1" "$2" "$3" "$4" "$count"
+  }
+  figure graph_1m "$(printf '%s\n' "${walls[@]}" | median)" s false
+  figure graph_1m_first_command "$(printf '%s\n' "${firsts[@]}" | median)" s false
+  figure graph_1m_peak_rss "$(printf '%s\n' "${rss[@]}" | median | awk '{printf "%.0f", $1 / 1024}')" MiB false
+  figure graph_1m_journal_bytes "$(printf '%s\n' "${journals[@]}" | median | awk '{printf "%.0f", $1}')" B false
+  figure graph_1m_rate "$(printf '%s\n' "${rates[@]}" | median)" activities/s true
+}
+
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do
   if [ "$name" = supernova ]; then
     supernova_bench
   elif [ "$name" = sim_scale ]; then
     sim_scale_bench
+  elif [ "$name" = graph_typo ]; then
+    graph_typo_bench
+  elif [ "$name" = graph_1m ]; then
+    graph_1m_bench
   else
     target/release/constellation-bench "$name"
   fi

@@ -197,9 +197,8 @@ impl<'g> Suggestions<'g> {
             .find(|pattern| pattern != wanted)
     }
 
-    /// Up to [`NEAR_SHAPES`] shapes within `limit` edits of `shape`,
-    /// nearest first, excluding `shape` itself only if it is no shape of
-    /// the graph.
+    /// Up to [`NEAR_SHAPES`] shapes other than `shape` within `limit`
+    /// edits of it, nearest first.
     fn near_shapes(&self, shape: &str, limit: usize) -> Vec<usize> {
         let mut near: Vec<(usize, usize)> = Vec::new();
         let mut try_shape = |at: usize| {
