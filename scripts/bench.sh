@@ -175,7 +175,10 @@ graph_1m_bench() {
       awk -v a="$started" '{printf "%.3f", $1 - a}')
     kb=$(tail -n 1 "$scratch/rss")
     # The database and whatever write-ahead log the run left beside it.
-    bytes=$(cat "$journal" "$journal-wal" 2>/dev/null | wc -c)
+    bytes=0
+    for file in "$journal" "$journal-wal"; do
+      if [ -e "$file" ]; then bytes=$((bytes + $(stat -c %s "$file"))); fi
+    done
     rate=$(awk -v n="$count" -v w="$wall" 'BEGIN {printf "%.1f", n / w}')
     echo "graph_1m run $run: $wall s, first command after $first s, peak RSS $((kb / 1024)) MiB," \
       "journal $bytes bytes, $rate activities/s" >&2
