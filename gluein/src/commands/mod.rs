@@ -90,6 +90,14 @@ fn observe(
     Ok(node)
 }
 
+/// Whether `member` is an observer (a `status` or `relabel` command), known
+/// by the one executor context every observer joins with.
+fn is_observer(member: &constellation::net::MemberView) -> bool {
+    !member.executors.is_empty()
+        && (member.executors.iter())
+            .all(|executor| (executor.contexts.iter()).all(|c| &*c.label.name() == OBSERVER_LABEL))
+}
+
 /// Whether `context` belongs to a node's own machinery (the pool node's
 /// placeholder, an observer, a run's coordinator) rather than to work.
 fn is_internal(context: &constellation::ExecutorContext) -> bool {

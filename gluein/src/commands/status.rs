@@ -125,7 +125,13 @@ pub fn main(args: StatusArgs) -> anyhow::Result<ExitCode> {
 
 /// Every member's answer, asked all at once, and the members that gave none.
 fn ask_everyone(node: &Node, timeout: Duration) -> (Vec<MemberStatus>, Vec<(NodeId, String)>) {
-    let members = node.members();
+    // Observers are not reported, so they are not asked either: one that
+    // has just left (the previous `status` of a script polling the pool)
+    // can still be in the member list, and asking it would fail and make
+    // this command exit 1 for a member nobody cares about.
+    let members: Vec<_> = (node.members().into_iter())
+        .filter(|member| !super::is_observer(member))
+        .collect();
     let replies: Vec<(NodeId, Result<MemberStatus, String>)> = std::thread::scope(|scope| {
         let asking: Vec<_> = (members.iter())
             .map(|member| {
