@@ -2,60 +2,25 @@
 //! user runs it, with real commands, and the output directory counted
 //! afterwards.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::text;
 
 use journal::Journal;
 
-/// A fresh directory for one test, removed when the test passes (a failed
-/// test keeps it, for a look at its journal and output).
-struct WorkDir(PathBuf);
-
-impl std::ops::Deref for WorkDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn workdir(name: &str) -> WorkDir {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("quiet-outputs-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    WorkDir(dir)
-}
-
-/// `constellation ARGS` in `dir`, to its end.
+/// `constellation ARGS` in `dir`, to its end, its output echoed for a
+/// failing test's log.
 fn constellation(dir: &Path, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_constellation"))
-        .current_dir(dir)
+    let output = common::constellation(dir)
         .env("RUST_LOG", "error")
         .args(args)
         .output()
         .unwrap();
-    eprintln!(
-        "--- constellation {args:?}: {}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    eprintln!("--- constellation {args:?}: {}", text(&output));
     output
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// Every file and folder under `root`, as paths relative to it, sorted;
@@ -82,7 +47,7 @@ fn entries(root: &Path) -> Vec<String> {
 
 #[test]
 fn only_commands_that_wrote_something_leave_files() {
-    let dir = workdir("mixed");
+    let dir = common::scratch("quiet-outputs-mixed");
     std::fs::write(
         dir.join("mixed.toml"),
         r#"
@@ -227,7 +192,7 @@ fn a_sweep_of_quiet_commands_leaves_no_files() {
             .unwrap_or_else(|_| panic!("QUIET_OUTPUTS_COUNT={text:?} is not a count")),
         Err(_) => 20_000,
     };
-    let dir = workdir("many");
+    let dir = common::scratch("quiet-outputs-many");
     std::fs::write(
         dir.join("many.toml"),
         format!(

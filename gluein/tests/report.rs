@@ -968,7 +968,7 @@ fn tens_of_thousands_of_attempts_plot_as_an_aggregate() {
 /// a debug build, most of it writing and reading the journal, so it runs
 /// with `--ignored`; the test above takes the same path.
 #[test]
-#[ignore]
+#[ignore = "25-35 s in a debug build; the 25,000-attempt test takes the same aggregate path in every run"]
 fn a_million_attempts_plot_as_an_aggregate() {
     let dir = scratch("aggregate-million");
     let started = std::time::Instant::now();
