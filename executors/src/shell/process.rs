@@ -152,7 +152,9 @@ pub(crate) fn run_once_tracked(
     kill_group(&child);
     // A leader that timed out was only just sent SIGKILL; what is left is
     // sought once it is dead, when its children have been reparented.
-    let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
+    if !matches!(exited, Ok(true)) {
+        let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
+    }
     tracked.finish(child.id() as libc::pid_t);
     let status = reap(&child);
     let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);

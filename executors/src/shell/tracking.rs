@@ -248,6 +248,10 @@ fn own_cgroup_dir() -> Result<PathBuf, String> {
 
 /// Kills every process in the cgroup at `dir` and waits until it is empty.
 fn kill_cgroup(dir: &Path) {
+    // The common case: everything the command started has already ended.
+    if !populated(dir) {
+        return;
+    }
     if std::fs::write(dir.join("cgroup.kill"), "1").is_err() {
         // Before Linux 5.14: kill what is listed until nothing is, since a
         // process may fork between the read and the kill.
@@ -365,11 +369,10 @@ fn children() -> Vec<ChildProcess> {
         .collect()
 }
 
-/// Whether process `pid` carries `token` in its environment.
-fn carries(pid: libc::pid_t, token: &str) -> bool {
-    let wanted = format!("{TOKEN_VAR}={token}");
+/// Whether process `pid` has `wanted` (`TOKEN_VAR=token`) in its environment.
+fn carries(pid: libc::pid_t, wanted: &[u8]) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|environ| environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+        .map(|environ| environ.split(|&b| b == 0).any(|v| v == wanted))
         .unwrap_or(false)
 }
 
@@ -382,6 +385,7 @@ fn carries(pid: libc::pid_t, token: &str) -> bool {
 fn kill_orphans(token: &str, group: libc::pid_t) {
     // SAFETY: getsid(0) only reads this process's session id.
     let own_session = unsafe { libc::getsid(0) };
+    let wanted = format!("{TOKEN_VAR}={token}");
     let deadline = Instant::now() + KILL_PATIENCE;
     let mut sessions: HashSet<libc::pid_t> = HashSet::new();
     let mut doomed: HashSet<libc::pid_t> = HashSet::new();
@@ -393,7 +397,7 @@ fn kill_orphans(token: &str, group: libc::pid_t) {
             }
             let ours = child.group == group
                 || (child.session != own_session && sessions.contains(&child.session))
-                || carries(child.pid, token);
+                || carries(child.pid, wanted.as_bytes());
             if !ours {
                 continue;
             }
