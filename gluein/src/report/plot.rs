@@ -736,10 +736,10 @@ fn draw_occupancy<DB: DrawingBackend>(
     // others, then failed attempts of any kind.
     let slots = kind_palette_slots(report);
     let mut colors: Vec<RGBColor> = Vec::new();
-    let mut category_of_kind = vec![usize::MAX; report.kinds.len()];
+    let mut category_of_kind = vec![None; report.kinds.len()];
     for kind in report.kinds_in_graph_order() {
         if let Some(slot) = slots[kind] {
-            category_of_kind[kind] = colors.len();
+            category_of_kind[kind] = Some(colors.len());
             colors.push(KIND_PALETTE[slot]);
         }
     }
@@ -747,11 +747,6 @@ fn draw_occupancy<DB: DrawingBackend>(
     colors.push(OTHER_KIND);
     let failed = colors.len();
     colors.push(FAILED);
-    for category in &mut category_of_kind {
-        if *category == usize::MAX {
-            *category = other;
-        }
-    }
     let categories = colors.len();
     let mut busy: Vec<Bins> = (0..rows * categories)
         .map(|_| Bins::new(layout.span, AGGREGATE_BINS))
@@ -760,7 +755,11 @@ fn draw_occupancy<DB: DrawingBackend>(
         let category = if bar.failed {
             failed
         } else {
-            category_of_kind.get(bar.kind).copied().unwrap_or(other)
+            category_of_kind
+                .get(bar.kind)
+                .copied()
+                .flatten()
+                .unwrap_or(other)
         };
         let row = (bar.executor / per_row).min(rows - 1);
         busy[row * categories + category].cover(bar.start, bar.end);
