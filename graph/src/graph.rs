@@ -11,7 +11,7 @@ use executors::shell::{RetryPolicy, ShellSpec};
 
 use crate::file::{toml_spans, EntrySpans, RawContext, RawDuration, RawEntry, RawGraph, RawValues};
 use crate::suggest::Suggestions;
-use crate::template::Template;
+use crate::template::{Template, TemplateError};
 
 /// Instances one entry may expand into; a sweep beyond this is a typo more
 /// often than a plan.
@@ -94,6 +94,9 @@ impl Graph {
         let mut errors = Errors {
             file: file.to_string(),
             text,
+            line_starts: std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(at, _)| at + 1))
+                .collect(),
             spans: Vec::new(),
             list: Vec::new(),
         };
@@ -133,8 +136,11 @@ impl Graph {
             let Some(instances) = expand(entry, k, base, &mut errors) else {
                 continue;
             };
+            // The entry's script, parsed and checked for the shell once for
+            // all its activities.
+            let mut script = None;
             for (values, after) in instances {
-                let node = match build(entry, k, &values, &mut errors) {
+                let node = match build(entry, k, &values, &mut script, &mut errors) {
                     Some(node) => node,
                     None => break,
                 };
@@ -580,6 +586,7 @@ fn build(
     entry: &RawEntry,
     k: usize,
     values: &BTreeMap<String, String>,
+    script: &mut Option<Result<Template, TemplateError>>,
     errors: &mut Errors,
 ) -> Option<Node> {
     let known: Vec<&str> = values.keys().map(String::as_str).collect();
@@ -601,13 +608,15 @@ fn build(
     let program = match (&entry.command, &entry.script) {
         (Some(command), None) => ShellSpec::command(render("command", command, errors)?),
         // The shell reads the script: values go in quoted, as one word each.
-        (None, Some(script)) => match Template::checked_script(script, &known) {
-            Ok(t) => ShellSpec::script(t.render_for_shell(values)),
-            Err(e) => {
-                errors.at_field(k, entry, "script", format!("in `script`: {e}"));
-                return None;
+        (None, Some(text)) => {
+            match script.get_or_insert_with(|| Template::checked_script(text, &known)) {
+                Ok(t) => ShellSpec::script(t.render_for_shell(values)),
+                Err(e) => {
+                    errors.at_field(k, entry, "script", format!("in `script`: {e}"));
+                    return None;
+                }
             }
-        },
+        }
         (Some(_), Some(_)) => {
             errors.at_field(
                 k,
@@ -803,15 +812,21 @@ impl std::error::Error for GraphErrors {}
 struct Errors<'t> {
     file: String,
     text: &'t str,
+    /// Where each line of `text` starts, for line and column numbers
+    /// without a scan of the text per place.
+    line_starts: Vec<usize>,
     spans: Vec<EntrySpans>,
     list: Vec<GraphError>,
 }
 
 impl Errors<'_> {
     fn line_column(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        let offset = offset.min(self.text.len());
+        let line = self.line_starts.partition_point(|&start| start <= offset);
+        let column = self.text[self.line_starts[line - 1]..offset]
+            .chars()
+            .count()
+            + 1;
         (line, column)
     }
 
@@ -872,28 +887,14 @@ impl Errors<'_> {
         }
     }
 
-    /// [`Graph::place`] of every entry, at one pass over the text: a
-    /// file of 100,000 entries must not be scanned once per entry.
+    /// [`Graph::place`] of every entry: its `context`, else its `id`.
     fn entry_places(&self, raw: &RawGraph) -> Vec<String> {
-        let line_starts: Vec<usize> = std::iter::once(0)
-            .chain(self.text.match_indices('\n').map(|(at, _)| at + 1))
-            .collect();
         (raw.activities.iter().enumerate())
             .map(|(k, entry)| {
-                let span = self.spans.get(k).and_then(|s| {
-                    (s.fields.get("context").or_else(|| s.fields.get("id")))
-                        .cloned()
-                        .or_else(|| s.entry.clone())
-                });
-                match span {
-                    Some(span) => {
-                        let offset = span.start.min(self.text.len());
-                        let line = line_starts.partition_point(|&start| start <= offset);
-                        let column = self.text[line_starts[line - 1]..offset].chars().count() + 1;
-                        format!("{}:{line}:{column}", self.file)
-                    }
-                    None => format!("{}: activity {} (`{}`)", self.file, k + 1, entry.id),
-                }
+                let has_context =
+                    (self.spans.get(k)).is_some_and(|s| s.fields.contains_key("context"));
+                let field = if has_context { "context" } else { "id" };
+                self.place(k, field, &entry.id)
             })
             .collect()
     }

@@ -204,33 +204,30 @@ impl Template {
     /// The text with every placeholder replaced as it is; call
     /// [`check`](Self::check) first.
     pub fn render(&self, values: &BTreeMap<String, String>) -> String {
-        self.render_with(values, |value, _| value.to_string())
+        self.render_with(values, false)
     }
 
     /// The script with every `{name}` replaced by its value as one shell
     /// word ([`shell_word`]) and every `{name:raw}` by the value as it is;
     /// call [`checked_script`](Self::checked_script) first.
     pub fn render_for_shell(&self, values: &BTreeMap<String, String>) -> String {
-        self.render_with(values, |value, raw| {
-            if raw {
-                value.to_string()
-            } else {
-                shell_word(value)
-            }
-        })
+        self.render_with(values, true)
     }
 
-    fn render_with(
-        &self,
-        values: &BTreeMap<String, String>,
-        put: impl Fn(&str, bool) -> String,
-    ) -> String {
+    /// The text with each value put in as it is, or, where `quote` and the
+    /// placeholder is not `{name:raw}`, as one shell word.
+    fn render_with(&self, values: &BTreeMap<String, String>, quote: bool) -> String {
         let mut out = String::new();
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => out.push_str(text),
                 Piece::Var { name, raw } => {
-                    out.push_str(&put(values.get(name).map_or("", String::as_str), *raw))
+                    let value = values.get(name).map_or("", String::as_str);
+                    if quote && !raw {
+                        out.push_str(&shell_word(value));
+                    } else {
+                        out.push_str(value);
+                    }
                 }
             }
         }
