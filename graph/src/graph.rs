@@ -724,10 +724,10 @@ pub fn parse_context(context: &RawContext) -> Result<ContextList, String> {
 /// refused (it used to mean seconds here and minutes on the command line).
 pub fn parse_duration(duration: &RawDuration) -> Result<Duration, String> {
     let text = match duration {
-        RawDuration::Number(number) => number.to_string(),
-        RawDuration::Text(text) => text.clone(),
+        RawDuration::Number(number) => &number.to_string(),
+        RawDuration::Text(text) => text,
     };
-    timefmt::parse_duration(&text).map_err(|e| e.to_string())
+    timefmt::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// `*` matches any run of characters; everything else matches itself.
