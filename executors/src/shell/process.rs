@@ -231,7 +231,11 @@ fn describe_spawn_error(program: &str, error: &io::Error) -> String {
 /// Waits until the child has exited, without reaping it. Returns `false`
 /// if the deadline passed first.
 fn wait_until_exit(child: &Child, deadline: Option<Instant>) -> io::Result<bool> {
-    let pid = child.id() as libc::pid_t;
+    wait_for_exit(child.id() as libc::pid_t, deadline)
+}
+
+/// [`wait_until_exit`] for an unreaped child known by its pid.
+pub(super) fn wait_for_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
     match PidFd::open(pid) {
         Some(pidfd) => pidfd.wait(deadline),
         None => poll_exit(pid, deadline),
@@ -290,7 +294,7 @@ impl Drop for PidFd {
 
 /// The fallback for kernels without pidfds: ask whether the process has
 /// exited, leaving it unreaped, with waits that grow from 1 ms to 50 ms.
-pub(super) fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
+fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
     let mut pause = Duration::from_millis(1);
     loop {
         // SAFETY: siginfo_t is plain data; waitid fills it in.

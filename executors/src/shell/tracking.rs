@@ -414,7 +414,7 @@ fn kill_orphans(token: &str, group: libc::pid_t) {
         }
         // Wait for this round's dead, so their children are reparented here.
         for &pid in &doomed {
-            let _ = super::process::poll_exit(pid, Some(deadline));
+            let _ = super::process::wait_for_exit(pid, Some(deadline));
         }
         if !found || Instant::now() > deadline {
             break;
