@@ -1,0 +1,180 @@
+//! Where a run's activities go: the embedded pool, or a pool joined over
+//! the network, and the executors each offers.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use constellation::core::MatchTable;
+use constellation::net::{Node, NodeConfig};
+use constellation::{Context, ExecutorContext, Pool};
+use executors::probe::Hardware;
+use graph::{Graph, COORDINATOR_LABEL};
+
+use super::RunArgs;
+
+/// The pool a run's activities go to: embedded, or joined over the network.
+pub(super) enum Runner {
+    Local(Pool),
+    Node(Node),
+}
+
+impl Runner {
+    /// What every executor that may run the graph's work offers now: this
+    /// process's, and on a pool every agent's, relabelled ones as they are
+    /// now.
+    pub(super) fn offered(&self) -> Vec<ExecutorContext> {
+        match self {
+            Runner::Local(pool) => pool.executor_contexts().to_vec(),
+            Runner::Node(node) => pool_executors(node, &node.pool().executor_contexts()),
+        }
+    }
+
+    pub(super) fn pool(&self) -> &Pool {
+        match self {
+            Runner::Local(pool) => pool,
+            Runner::Node(node) => node.pool(),
+        }
+    }
+
+    pub(super) fn done(self) {
+        let ended = match self {
+            Runner::Local(pool) => pool.done().map(drop).map_err(|e| e.to_string()),
+            Runner::Node(node) => node.done().map(drop).map_err(|e| e.to_string()),
+        };
+        if let Err(error) = ended {
+            tracing::error!(%error, "the pool did not finish cleanly");
+        }
+    }
+}
+
+/// `executors` (perhaps none), and one executor for the coordinator.
+pub(super) fn with_coordinator(executors: &[ExecutorContext]) -> constellation::PoolBuilder {
+    let builder = executors.iter().fold(Pool::builder(), |builder, context| {
+        builder.executor(context.clone())
+    });
+    builder.executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]))
+}
+
+/// The embedded pool: `executors`, and one executor for the coordinator.
+pub(super) fn local_pool(executors: &[ExecutorContext]) -> anyhow::Result<Pool> {
+    Ok(with_coordinator(executors).start()?)
+}
+
+/// Joins the pool `pool` with `executors` (perhaps none) plus one for the
+/// coordinator, and waits for `--wait-agents` agents.
+pub(super) fn join_pool(
+    pool: &str,
+    args: &RunArgs,
+    executors: &[ExecutorContext],
+) -> anyhow::Result<Node> {
+    let joining = gluein::poolfile::joining(pool, args.key_file.as_deref())?;
+    let listen = joining.default_listen();
+    let config = NodeConfig {
+        listen: listen.parse().expect("a valid multiaddr"),
+        bootstrap: joining.bootstrap,
+        key: joining.key,
+        role: "run".into(),
+        host: executors::probe::hostname(),
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config, with_coordinator(executors))?;
+    let deadline = Instant::now() + args.wait_timeout;
+    loop {
+        let agents = agents_of(&node).count();
+        if agents >= args.wait_agents {
+            eprintln!("joined the pool {pool}: {agents} agent(s)");
+            return Ok(node);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the pool {pool} has {agents} agent(s) after {} s, and --wait-agents asks for {}; \
+                 start agents with `constellation agent --pool {pool}`",
+                args.wait_timeout.as_secs(),
+                args.wait_agents
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Members of the pool that run work: not the pool node, not runners.
+pub(super) fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
+    (node.members().into_iter()).filter(|member| {
+        member
+            .executors
+            .iter()
+            .any(|e| !super::super::is_internal(e))
+    })
+}
+
+/// What the pool's agents and this node's own executors offer.
+pub(super) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<ExecutorContext> {
+    let mut offered = executors.to_vec();
+    offered.extend(agents_of(node).flat_map(|member| member.executors));
+    offered
+}
+
+/// The executors of the embedded pool: `--executors` general ones with the
+/// probed labels, then each `--add-executors` group.
+pub(super) fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorContext>> {
+    let hardware = Hardware::probe(None);
+    let user = super::super::user_labels(args.context.as_deref())?;
+    let default = if args.pool.is_some() {
+        0
+    } else {
+        hardware.cores
+    };
+    let general = args.executors.unwrap_or(default);
+    let mut executors = vec![hardware.executor_context(&user, false); general];
+    for group in &args.add_executors {
+        let (count, context) = group.split_once(':').with_context(|| {
+            format!("--add-executors {group:?}: expected N:CONTEXT, e.g. 1:gpu")
+        })?;
+        let count: usize = count.trim().parse().with_context(|| {
+            format!("--add-executors {group:?}: {count:?} is not a number of executors")
+        })?;
+        let context: ExecutorContext = context
+            .parse()
+            .with_context(|| format!("--add-executors {group:?}: bad context"))?;
+        executors.extend(std::iter::repeat_n(context, count));
+    }
+    if executors.is_empty() && args.pool.is_none() {
+        bail!("no executors: give --executors N (N > 0) or --add-executors N:CONTEXT");
+    }
+    Ok(executors)
+}
+
+/// Refuses a graph with activities no executor of this pool can ever run:
+/// on a local pool they would wait forever.
+pub(super) fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
+    let table = MatchTable::new(executors);
+    // Like every other graph error: `file:line:column: ...`, at the context.
+    let unmatched: Vec<String> = (graph.nodes.iter().enumerate())
+        .filter(|(_, node)| table.executors_for(&node.spec.context).next().is_none())
+        .map(|(n, node)| {
+            format!(
+                "{}: {} needs [{}], which no executor offers",
+                graph.place(n),
+                node.id,
+                node.spec.context
+            )
+        })
+        .collect();
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    let offered: Vec<String> = executors.iter().map(|e| format!("  [{e}]")).collect();
+    let shown = unmatched.len().min(10);
+    bail!(
+        "{}{}\n{} activities can run on no executor of this pool; the executors offer:\n{}\n\
+         add executors with --context or --add-executors, or retarget with --relabel or --context-file",
+        unmatched[..shown].join("\n"),
+        if unmatched.len() > shown {
+            format!("\n... and {} more", unmatched.len() - shown)
+        } else {
+            String::new()
+        },
+        unmatched.len(),
+        offered.join("\n")
+    )
+}
