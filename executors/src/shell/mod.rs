@@ -11,8 +11,8 @@
 //!   it started is killed, also what left its process group with `setsid`,
 //!   so nothing it started in the background outlives the activity.
 //! - Output goes to `stdout` and `stderr` files in a directory per activity
-//!   (the default, under [`default_output_dir`]), to memory up to a limit, or
-//!   nowhere. A file the command wrote nothing to is removed when it ends
+//!   (the default, under [`default_output_dir`]), to a few [`stream`] files
+//!   shared by many commands, to memory up to a limit, or nowhere. A file the command wrote nothing to is removed when it ends
 //!   ([`Output::Empty`]), and so is the activity's directory if that leaves
 //!   it empty: commands that print nothing leave no files.
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
@@ -49,6 +49,7 @@ mod process;
 mod result;
 pub mod spawn;
 mod spec;
+pub mod stream;
 mod tracking;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,7 @@ pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
     MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
 };
+pub use stream::StreamPlace;
 pub use tracking::{ProcessTracking, TOKEN_VAR, TRACKING_VAR};
 
 /// Set once this process is being taken down around its activities, as
@@ -154,7 +156,22 @@ impl ShellActivity {
             };
             env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
             let done = match files {
-                Ok(files) => process::run_once(spec, &env, files.as_ref()),
+                Ok(Some(files)) => {
+                    process::run_once(spec, &env, process::Destination::Files(&files))
+                }
+                Ok(None) if matches!(spec.capture, Capture::Stream { .. }) => {
+                    let id;
+                    let name = match &spec.name {
+                        Some(name) => name.as_str(),
+                        None => {
+                            id = activity.to_string();
+                            &id
+                        }
+                    };
+                    let destination = process::Destination::Stream { name, attempt };
+                    process::run_once(spec, &env, destination)
+                }
+                Ok(None) => process::run_once(spec, &env, process::Destination::Unprepared),
                 Err(reason) => process::Attempt {
                     outcome: ShellOutcome::StartFailed { reason },
                     started: std::time::SystemTime::now(),
@@ -175,6 +192,9 @@ impl ShellActivity {
                 stderr: done.stderr.path().cloned(),
                 stdout_bytes: done.stdout.bytes(),
                 stderr_bytes: done.stderr.bytes(),
+                stream: (done.stdout.stream_place())
+                    .or(done.stderr.stream_place())
+                    .cloned(),
             });
             let retry = attempt < spec.retry.max_attempts
                 && match (&done.outcome, spec.retry.retry_on) {

@@ -4,14 +4,16 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::launch::{Launch, Started, Stream};
 use super::output::OutputFiles;
 use super::result::{Output, ShellOutcome};
 use super::spec::{Capture, ShellSpec};
+use super::stream::{Pump, StreamSink};
 use super::tracking::ProcessTracking;
 
 /// How long to wait for a killed command's leader to die.
@@ -29,25 +31,60 @@ pub(crate) struct Attempt {
     pub stderr: Output,
 }
 
+/// Where one attempt's output goes, as its caller prepared it for the
+/// spec's [`Capture`].
+pub(crate) enum Destination<'a> {
+    /// Nothing prepared: memory or nowhere, as the capture says (output
+    /// meant for files or a stream goes nowhere).
+    Unprepared,
+    /// These `stdout` and `stderr` files, removed again if the command
+    /// wrote nothing into them.
+    Files(&'a OutputFiles),
+    /// The executor's stream file in the capture's directory, as attempt
+    /// `attempt` of the activity `name`.
+    Stream {
+        /// The activity's name, which the stream's records carry.
+        name: &'a str,
+        /// The attempt's number.
+        attempt: u32,
+    },
+}
+
 /// Runs `spec` once. `env` is the executor's environment for its children,
-/// applied before the spec's own variables; `files` names the `stdout` and
-/// `stderr` paths when output goes to files, which are removed again if
-/// the command wrote nothing into them.
+/// applied before the spec's own variables; `destination` is where output
+/// goes.
 pub(crate) fn run_once(
     spec: &ShellSpec,
     env: &[(String, String)],
-    files: Option<&OutputFiles>,
+    destination: Destination<'_>,
 ) -> Attempt {
-    run_once_tracked(spec, env, files, ProcessTracking::current())
+    run_once_to(spec, env, destination, ProcessTracking::current())
 }
 
-/// [`run_once`] with the command's processes tracked by `tracking`.
+/// [`run_once`] with the command's processes tracked by `tracking`, and
+/// its output in `files` if given.
+#[cfg(test)]
 pub(crate) fn run_once_tracked(
     spec: &ShellSpec,
     env: &[(String, String)],
     files: Option<&OutputFiles>,
     tracking: &ProcessTracking,
 ) -> Attempt {
+    let destination = files.map_or(Destination::Unprepared, Destination::Files);
+    run_once_to(spec, env, destination, tracking)
+}
+
+/// [`run_once`] with the command's processes tracked by `tracking`.
+fn run_once_to(
+    spec: &ShellSpec,
+    env: &[(String, String)],
+    destination: Destination<'_>,
+    tracking: &ProcessTracking,
+) -> Attempt {
+    let files = match destination {
+        Destination::Files(files) => Some(files),
+        _ => None,
+    };
     let started = Instant::now();
     let started_at = SystemTime::now();
     let failed = |reason: String| Attempt {
@@ -59,13 +96,13 @@ pub(crate) fn run_once_tracked(
         stderr: Output::Discarded,
     };
     let argv = spec.program.argv();
-    let mut command = Command::new(&argv[0]);
-    command
-        .args(&argv[1..])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .envs(&spec.env)
-        // A group of its own, so a timeout can kill everything the command started.
-        .process_group(0);
+    // Started in a process group of its own, so a timeout can kill
+    // everything the command started.
+    let mut command = Launch::new(&argv);
+    command.env.reserve(env.len() + spec.env.len() + 1);
+    for (key, value) in env.iter().chain(&spec.env) {
+        command.env(key, value);
+    }
     if let Some(dir) = &spec.cwd {
         if !dir.is_dir() {
             return failed(format!(
@@ -73,12 +110,12 @@ pub(crate) fn run_once_tracked(
                 dir.display()
             ));
         }
-        command.current_dir(dir);
+        command.cwd = Some(dir.clone());
     }
-    match &spec.stdin {
-        None => command.stdin(Stdio::null()),
+    command.stdin = match &spec.stdin {
+        None => Stream::Null,
         Some(path) => match File::open(path) {
-            Ok(file) => command.stdin(file),
+            Ok(file) => Stream::File(file),
             Err(error) => {
                 return failed(format!(
                     "cannot open standard input {}: {error}",
@@ -121,6 +158,9 @@ pub(crate) fn run_once_tracked(
         (Capture::Memory { .. }, _) => {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        (Capture::Stream { .. }, _) if matches!(destination, Destination::Stream { .. }) => {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         _ => {
             command.stdout(Stdio::null()).stderr(Stdio::null());
         }
@@ -143,8 +183,21 @@ pub(crate) fn run_once_tracked(
         )),
         _ => None,
     };
+    // Streamed output is moved to the executor's stream file as it comes,
+    // on this thread, while it waits for the exit.
+    let mut pump = match (&spec.capture, destination) {
+        (Capture::Stream { dir }, Destination::Stream { name, attempt }) => Some(Pump::new(
+            child.stdout.take(),
+            child.stderr.take(),
+            StreamSink::new(dir, name, attempt),
+        )),
+        _ => None,
+    };
     let deadline = spec.timeout.map(|t| started + t);
-    let exited = wait_until_exit(&child, deadline);
+    let exited = match &mut pump {
+        Some(pump) => pump.until_exit(child.id() as libc::pid_t, deadline),
+        None => wait_until_exit(&child, deadline),
+    };
     // The leader has exited (or must die) but is not reaped yet, so its pid
     // cannot have been reused: killing the group reaches only what the
     // command left behind. What left the group (`setsid`) is found through
@@ -171,6 +224,7 @@ pub(crate) fn run_once_tracked(
         },
     };
     let (stdout, stderr) = match (readers, files, &created) {
+        _ if pump.is_some() => pump.expect("a pump").finish(DEATH_PATIENCE),
         (Some((out, err)), _, _) => (join_reader(out), join_reader(err)),
         // Everything the command started is dead: nothing writes to the
         // files any more, so an empty one stays empty.

@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 use constellation::{ActivityId, NodeId};
 use serde::{Deserialize, Serialize};
 
+use super::stream::{self, Channel, StreamPlace};
+
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ShellOutcome {
@@ -66,6 +68,17 @@ pub enum Output {
         /// Bytes beyond the limit that were read and dropped.
         truncated: u64,
     },
+    /// In a stream file shared with the other commands of its executor
+    /// ([`Capture::Stream`](super::Capture::Stream)): this channel's
+    /// records in the attempt's region.
+    Stream {
+        /// The attempt's region of the stream file.
+        place: StreamPlace,
+        /// Which channel this is.
+        channel: Channel,
+        /// The bytes the command wrote to it.
+        bytes: u64,
+    },
     /// Nothing: the command wrote no byte to this stream, so its empty
     /// file was removed (a million quiet commands leave no files). Reads
     /// as empty text.
@@ -77,7 +90,7 @@ pub enum Output {
 impl Output {
     /// The stream as text, read from its file if it went to one; invalid
     /// UTF-8 is replaced; empty for [`Output::Empty`]. `None` if it was
-    /// discarded or the file is gone.
+    /// discarded or the file is gone or cannot be read.
     /// This reads all of it: for an error message, take
     /// [`last_lines`](Self::last_lines).
     pub fn text(&self) -> Option<String> {
@@ -86,6 +99,9 @@ impl Output {
                 .ok()
                 .map(|b| String::from_utf8_lossy(&b).into_owned()),
             Output::Memory { bytes, .. } => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Output::Stream { place, channel, .. } => stream::read_channel(place, *channel)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned()),
             Output::Empty => Some(String::new()),
             Output::Discarded => None,
         }
@@ -93,7 +109,8 @@ impl Output {
 
     /// The last `count` lines of the stream, for an error message, each cut
     /// to 300 characters; none if the stream was empty or discarded, or its
-    /// file is gone. Only the last 64 KiB are read, however large the stream: a
+    /// file is gone. Only the last 64 KiB are read, however large the stream
+    /// (of a stream file, only the end of the attempt's region): a
     /// line that begins before them is shown with a leading `…`.
     pub fn last_lines(&self, count: usize) -> Vec<String> {
         let (tail, cut) = match self {
@@ -105,6 +122,12 @@ impl Output {
                 let start = bytes.len().saturating_sub(TAIL_BYTES as usize);
                 let cut = start > 0 && bytes[start - 1] != b'\n';
                 (bytes[start..].to_vec(), cut)
+            }
+            Output::Stream { place, channel, .. } => {
+                match stream::tail(place, *channel, TAIL_BYTES) {
+                    Ok(tail) => tail,
+                    Err(_) => return Vec::new(),
+                }
             }
             Output::Empty | Output::Discarded => return Vec::new(),
         };
@@ -127,7 +150,16 @@ impl Output {
         match self {
             Output::File(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
             Output::Memory { bytes, truncated } => bytes.len() as u64 + truncated,
+            Output::Stream { bytes, .. } => *bytes,
             Output::Empty | Output::Discarded => 0,
+        }
+    }
+
+    /// Where the attempt's output lies in a stream file, if it went to one.
+    pub fn stream_place(&self) -> Option<&StreamPlace> {
+        match self {
+            Output::Stream { place, .. } => Some(place),
+            _ => None,
         }
     }
 
@@ -198,6 +230,17 @@ impl fmt::Debug for Output {
                     String::new()
                 }
             ),
+            Output::Stream {
+                place,
+                channel,
+                bytes,
+            } => write!(
+                f,
+                "Stream({channel:?}, {bytes} bytes in {} at {}+{})",
+                place.file.display(),
+                place.offset,
+                place.length
+            ),
             Output::Empty => f.write_str("Empty"),
             Output::Discarded => f.write_str("Discarded"),
         }
@@ -257,6 +300,9 @@ pub struct AttemptRecord {
     pub stdout_bytes: u64,
     /// Bytes it wrote to standard error.
     pub stderr_bytes: u64,
+    /// Where both went, if to a stream file and it wrote anything.
+    #[serde(default)]
+    pub stream: Option<StreamPlace>,
 }
 
 impl ShellResult {
@@ -293,6 +339,10 @@ impl fmt::Display for ShellFailure {
             Output::Empty => f.write_str("; it wrote no error output"),
             Output::Memory { bytes, .. } if !bytes.is_empty() => {
                 write!(f, "; it wrote: {}", r.stderr.last_lines(3).join(" / "))
+            }
+            Output::Stream { place, .. } => {
+                write!(f, "; it wrote: {}", r.stderr.last_lines(3).join(" / "))?;
+                write!(f, " (in the stream file {})", place.file.display())
             }
             _ => Ok(()),
         }

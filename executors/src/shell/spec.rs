@@ -97,6 +97,17 @@ pub enum Capture {
         /// Bytes kept per stream.
         limit: usize,
     },
+    /// Into stream files in this directory, one per executor thread, as
+    /// framed records that say which activity, attempt and channel each
+    /// chunk is of: a million commands write a few files instead of two
+    /// each. The command's pipes are read as it writes, never held whole.
+    /// Read an attempt's output back through its
+    /// [`Output::Stream`](super::Output::Stream) place and
+    /// [`stream`](super::stream).
+    Stream {
+        /// The directory of the stream files.
+        dir: PathBuf,
+    },
     /// Thrown away (`/dev/null`).
     Discard,
 }
