@@ -10,6 +10,7 @@
 //! leaves a consistent database: what was recorded stays recorded.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,8 +19,30 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 /// The SQL that creates the journal's tables, with a comment on every column.
 pub const SCHEMA: &str = include_str!("schema.sql");
 
+/// The index that keeps activity ids unique, as [`SCHEMA`] creates it.
+const INDEX_IDS: &str = "CREATE UNIQUE INDEX activities_by_id ON activities(id)";
+
+/// A new activity, pending.
+const INSERT_ACTIVITY: &str = "INSERT INTO activities(id, kind, context, spec_hash, state, run)
+     VALUES (?1, ?2, ?3, ?4, 'pending', ?5)";
+
+/// An activity declared again (a resume): a new one is pending; a known
+/// one is pending again if it reruns (?6), and keeps its state otherwise.
+/// A row that neither reruns nor changed is left as it is (most of a
+/// resumed run's done half), and RETURNING then gives nothing.
+const UPSERT_ACTIVITY: &str = "INSERT INTO activities(id, kind, context, spec_hash, state, run)
+     VALUES (?1, ?2, ?3, ?4, 'pending', ?5)
+     ON CONFLICT(id) DO UPDATE SET
+        kind = excluded.kind, context = excluded.context, spec_hash = excluded.spec_hash,
+        state = CASE WHEN ?6 THEN 'pending' ELSE state END,
+        run = CASE WHEN ?6 THEN excluded.run ELSE run END,
+        message = CASE WHEN ?6 THEN NULL ELSE message END
+     WHERE ?6 OR kind IS NOT excluded.kind OR context IS NOT excluded.context
+        OR spec_hash IS NOT excluded.spec_hash
+     RETURNING activity";
+
 /// The schema version this crate reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Why the journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +81,25 @@ pub enum JournalError {
         path: PathBuf,
         /// The operating system's complaint.
         source: std::io::Error,
+    },
+    /// The file is a journal of another schema version than this build's.
+    #[error(
+        "journal {path} has schema version {found}, but this build of constellation reads \
+         version {SCHEMA_VERSION} only; read it with the build that wrote it, or start a new run"
+    )]
+    OtherVersion {
+        /// The database file.
+        path: PathBuf,
+        /// The version it has.
+        found: i64,
+    },
+    /// A caller passed values that refer to nothing (a bug in the caller).
+    #[error("journal {path}: {detail}")]
+    Invalid {
+        /// The database file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
     },
     /// `create` found a journal already there.
     #[error("journal {0} already exists; resume it with --resume, or choose another path")]
@@ -101,13 +143,11 @@ impl RunStatus {
 }
 
 /// What a new run records about itself.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewRun {
     /// The graph file as given.
     pub graph_path: String,
-    /// The expanded graph as JSON.
-    pub graph_spec: String,
-    /// A hash of `graph_spec`.
+    /// A hash of what the run runs (the graph and its sweep files).
     pub graph_hash: String,
     /// Where the runner runs.
     pub host: String,
@@ -115,21 +155,22 @@ pub struct NewRun {
     pub command_line: String,
     /// Where this run's output files go.
     pub output_dir: String,
+    /// `(name, text)` of the graph file and of each sweep values file, as
+    /// read: the graph is kept as its sources, once per run, not expanded.
+    pub sources: Vec<(String, String)>,
 }
 
-/// An activity as the graph declares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActivityDecl {
+/// An activity as the graph declares it, for [`Journal::declare`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActivityDecl<'a> {
     /// The graph id.
-    pub id: String,
-    /// The file entry's id before sweep expansion.
-    pub kind: String,
+    pub id: &'a str,
+    /// Index into the `kinds` given to [`Journal::declare`].
+    pub kind: usize,
+    /// Index into the `contexts` given to [`Journal::declare`].
+    pub context: usize,
     /// A hash of everything that decides what the activity does.
-    pub spec_hash: String,
-    /// Where it may run, as text.
-    pub context: String,
-    /// Ids it runs after.
-    pub after: Vec<String>,
+    pub spec_hash: u64,
     /// Whether this run runs it (again); `false` for work a resume skips.
     pub rerun: bool,
 }
@@ -147,7 +188,76 @@ pub struct ExecutorRow {
     pub cores: i64,
 }
 
-/// One attempt to run an activity.
+/// An executor row with the number attempts refer to it by, listed by the
+/// run or known only from an attempt that ran on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorSlot {
+    /// The number [`AttemptFacts::slot`] gives.
+    pub slot: i64,
+    /// Index within its node.
+    pub executor: i64,
+    /// The node's host name.
+    pub node: String,
+    /// Its contexts, comma separated.
+    pub labels: String,
+    /// Cores it may use; `None` for an executor the run did not list.
+    pub cores: Option<i64>,
+}
+
+/// Where an attempt's output lies in a run's stream file, for runs that
+/// stream all output into a few files instead of a file per command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPlace {
+    /// The stream file.
+    pub file: String,
+    /// Where the attempt's output starts in it, in bytes.
+    pub offset: i64,
+    /// How many bytes of it are the attempt's.
+    pub length: i64,
+}
+
+/// One attempt to record, for [`ActivityUpdate::attempts`]. The executor
+/// is named by node, index and labels; the journal keeps each distinct
+/// one once and refers to it by number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAttempt {
+    /// 1, 2, ... within the run.
+    pub attempt: i64,
+    /// Host name of the node that ran it.
+    pub node: String,
+    /// Executor index on that node.
+    pub executor: i64,
+    /// The executor's contexts.
+    pub labels: String,
+    /// Unix seconds.
+    pub started: f64,
+    /// Unix seconds.
+    pub ended: f64,
+    /// `exited`, `signalled`, `timed_out` or `start_failed`.
+    pub outcome: String,
+    /// The exit status, for `exited`.
+    pub exit_code: Option<i64>,
+    /// The signal, for `signalled`.
+    pub signal: Option<i64>,
+    /// The outcome in words.
+    pub message: Option<String>,
+    /// User + system CPU seconds of the command, where known.
+    pub cpu_seconds: Option<f64>,
+    /// Standard output file, if kept in one of its own; `None` also when
+    /// the command wrote nothing to it (no file is left).
+    pub stdout: Option<String>,
+    /// Standard error file, if kept in one of its own; `None` also when
+    /// it was empty.
+    pub stderr: Option<String>,
+    /// Bytes written to standard output.
+    pub stdout_bytes: Option<i64>,
+    /// Bytes written to standard error.
+    pub stderr_bytes: Option<i64>,
+    /// Where the output is in the run's stream file, if the run streams.
+    pub stream: Option<StreamPlace>,
+}
+
+/// One attempt to run an activity, as read back, with names joined in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRow {
     /// The run it belongs to.
@@ -186,6 +296,44 @@ pub struct AttemptRow {
     pub stdout_bytes: Option<i64>,
     /// Bytes written to standard error.
     pub stderr_bytes: Option<i64>,
+    /// Where the output is in the run's stream file, if the run streamed.
+    pub stream: Option<StreamPlace>,
+}
+
+/// What a report needs of one attempt, borrowed from the row being read
+/// (see [`Journal::scan_attempts`]): numbers instead of names, so that a
+/// million attempts are read without a string per name.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttemptFacts<'a> {
+    /// The activity's number ([`ActivityRow::activity`]).
+    pub activity: i64,
+    /// The activity's graph id.
+    pub id: &'a str,
+    /// The activity's kind ([`KindRow::kind`]).
+    pub kind: i64,
+    /// 1, 2, ... within the run.
+    pub attempt: i64,
+    /// The executor ([`ExecutorSlot::slot`]).
+    pub slot: i64,
+    /// Unix seconds.
+    pub started: f64,
+    /// Unix seconds.
+    pub ended: f64,
+    /// `exited`, `signalled`, `timed_out` or `start_failed`.
+    pub outcome: &'a str,
+    /// The exit status, for `exited`.
+    pub exit_code: Option<i64>,
+    /// User + system CPU seconds of the command, where known.
+    pub cpu_seconds: Option<f64>,
+}
+
+/// An activity kind with its number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindRow {
+    /// The number activities refer to it by.
+    pub kind: i64,
+    /// The graph entry's id as written, e.g. `detect-{pair}`.
+    pub name: String,
 }
 
 /// Where an activity stands, as the `activities.state` column spells it.
@@ -225,12 +373,14 @@ impl ActivityState {
 /// An activity's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActivityRow {
+    /// Its number, which attempts refer to.
+    pub activity: i64,
     /// The graph id.
     pub id: String,
     /// The file entry's id before sweep expansion.
     pub kind: String,
     /// Hash of its spec.
-    pub spec_hash: String,
+    pub spec_hash: u64,
     /// Where it may run.
     pub context: String,
     /// Its state after the latest run.
@@ -241,6 +391,17 @@ pub struct ActivityRow {
     pub message: Option<String>,
 }
 
+/// How many activities are in one state, set by one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCount {
+    /// The state.
+    pub state: ActivityState,
+    /// The run that set it.
+    pub run: i64,
+    /// How many activities.
+    pub count: u64,
+}
+
 /// A run's row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {
@@ -248,7 +409,7 @@ pub struct RunRow {
     pub run: i64,
     /// The graph file.
     pub graph_path: String,
-    /// Hash of the expanded graph.
+    /// Hash of what the run ran.
     pub graph_hash: String,
     /// Unix seconds.
     pub started: f64,
@@ -267,20 +428,49 @@ pub struct RunRow {
 /// What happened to one activity, to record in one transaction.
 #[derive(Debug, Clone)]
 pub struct ActivityUpdate {
-    /// The graph id.
-    pub id: String,
+    /// The activity's number, as [`Journal::declare`] returned it.
+    pub activity: i64,
     /// Its new state.
     pub state: ActivityState,
     /// Why it failed or was cancelled.
     pub message: Option<String>,
     /// The attempts it made in this run (none for a cancelled one).
-    pub attempts: Vec<AttemptRow>,
+    pub attempts: Vec<NewAttempt>,
+}
+
+/// The executors [`Journal::record`] has looked up or added, so that an
+/// attempt costs no query for its executor: per node name, its
+/// `(run, executor index, labels, slot)`s (a node has few).
+#[derive(Default)]
+struct SlotCache {
+    by_node: HashMap<String, Vec<(i64, i64, String, i64)>>,
+}
+
+impl SlotCache {
+    fn get(&self, run: i64, node: &str, executor: i64, labels: &str) -> Option<i64> {
+        self.by_node.get(node).and_then(|slots| {
+            slots
+                .iter()
+                .find(|(r, e, l, _)| *r == run && *e == executor && l == labels)
+                .map(|&(.., slot)| slot)
+        })
+    }
+
+    fn insert(&mut self, run: i64, node: &str, executor: i64, labels: &str, slot: i64) {
+        self.by_node.entry(node.to_string()).or_default().push((
+            run,
+            executor,
+            labels.to_string(),
+            slot,
+        ));
+    }
 }
 
 /// An open journal.
 pub struct Journal {
     conn: Connection,
     path: PathBuf,
+    slots: SlotCache,
 }
 
 impl Journal {
@@ -383,6 +573,7 @@ impl Journal {
         let journal = Journal {
             conn,
             path: path.to_path_buf(),
+            slots: SlotCache::default(),
         };
         journal.check_version()?;
         Ok(journal)
@@ -405,9 +596,10 @@ impl Journal {
             .map_err(|error| Journal::classify(&self.path, error))?;
         match version.as_deref().map(str::parse::<i64>) {
             Some(Ok(SCHEMA_VERSION)) => Ok(()),
-            Some(Ok(other)) => Err(not_a_journal(format!(
-                " of schema version {SCHEMA_VERSION} (it has version {other})"
-            ))),
+            Some(Ok(found)) => Err(JournalError::OtherVersion {
+                path: self.path.clone(),
+                found,
+            }),
             _ => Err(not_a_journal(" (it has no schema version)".to_string())),
         }
     }
@@ -443,10 +635,16 @@ impl Journal {
             .map_err(error)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(error)?;
+        // Declaring a million activities touches tens of megabytes of
+        // pages (the id index above all): a cache that holds them keeps
+        // the transaction from rereading them.
+        conn.pragma_update(None, "cache_size", -65536)
+            .map_err(error)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(error)?;
         Ok(Journal {
             conn,
             path: path.to_path_buf(),
+            slots: SlotCache::default(),
         })
     }
 
@@ -465,24 +663,31 @@ impl Journal {
         })
     }
 
-    /// Records the start of a run and returns its number.
+    /// Records the start of a run, with the files its graph was read
+    /// from, and returns its number.
     pub fn begin_run(&mut self, run: &NewRun) -> Result<i64, JournalError> {
-        self.sql(|c| {
-            c.execute(
-                "INSERT INTO runs(graph_path, graph_hash, graph_spec, started, status, host,
-                                  command_line, output_dir)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
+        self.transaction(|tx| {
+            tx.execute(
+                "INSERT INTO runs(graph_path, graph_hash, started, status, host, command_line,
+                                  output_dir)
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)",
                 params![
                     run.graph_path,
                     run.graph_hash,
-                    run.graph_spec,
                     unix_seconds(SystemTime::now()),
                     run.host,
                     run.command_line,
                     run.output_dir
                 ],
             )?;
-            Ok(c.last_insert_rowid())
+            let number = tx.last_insert_rowid();
+            let mut source = tx.prepare(
+                "INSERT OR REPLACE INTO run_sources(run, name, text) VALUES (?1, ?2, ?3)",
+            )?;
+            for (name, text) in &run.sources {
+                source.execute(params![number, name, text])?;
+            }
+            Ok(number)
         })
     }
 
@@ -494,70 +699,157 @@ impl Journal {
     ) -> Result<(), JournalError> {
         self.transaction(|tx| {
             let mut insert = tx.prepare(
-                "INSERT OR REPLACE INTO executors(run, executor, node, labels, cores)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO executors(run, node, executor, labels, cores)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(run, node, executor, labels) DO UPDATE SET cores = excluded.cores",
             )?;
             for e in executors {
-                insert.execute(params![run, e.executor, e.node, e.labels, e.cores])?;
+                insert.execute(params![run, e.node, e.executor, e.labels, e.cores])?;
             }
             Ok(())
         })
     }
 
-    /// Declares the graph's activities for run `run`: new ones are
-    /// pending, and so are the ones marked to run again; the others (done
-    /// before, and skipped by this run) keep their state and the run that
-    /// set it. Activities of an earlier run that the graph no longer has are
-    /// left alone.
-    pub fn declare(&mut self, run: i64, activities: &[ActivityDecl]) -> Result<(), JournalError> {
-        self.transaction(|tx| {
-            let mut upsert = tx.prepare(
-                "INSERT INTO activities(id, kind, spec_hash, context, after, state, run)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)
-                 ON CONFLICT(id) DO UPDATE SET
-                    kind = excluded.kind, spec_hash = excluded.spec_hash,
-                    context = excluded.context, after = excluded.after,
-                    state = CASE WHEN ?7 THEN 'pending' ELSE state END,
-                    run = CASE WHEN ?7 THEN excluded.run ELSE run END,
-                    message = CASE WHEN ?7 THEN NULL ELSE message END",
-            )?;
+    /// Declares the graph's activities for run `run` and returns each
+    /// one's number, in the order given, for [`ActivityUpdate::activity`].
+    ///
+    /// `kinds` and `contexts` are the graph's distinct kinds (in graph
+    /// order) and contexts, which each [`ActivityDecl`] refers to by index;
+    /// each is stored once. New activities are pending, and so are the
+    /// ones marked to run again; the others (done before, and skipped by
+    /// this run) keep their state and the run that set it. Activities of an
+    /// earlier run that the graph no longer has are left alone.
+    ///
+    /// One transaction of prepared statements: a million activities take
+    /// about a second.
+    pub fn declare<'a>(
+        &mut self,
+        run: i64,
+        kinds: &[String],
+        contexts: &[String],
+        activities: impl IntoIterator<Item = ActivityDecl<'a>>,
+    ) -> Result<Vec<i64>, JournalError> {
+        let path = self.path.clone();
+        let sqlite = |source| JournalError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let invalid = |detail: String| JournalError::Invalid {
+            path: path.clone(),
+            detail,
+        };
+        let tx = self.conn.transaction().map_err(sqlite)?;
+        let kind_keys = named_keys(&tx, "kinds", "name", "kind", kinds).map_err(sqlite)?;
+        let context_keys =
+            named_keys(&tx, "contexts", "text", "context", contexts).map_err(sqlite)?;
+        let fresh: bool = tx
+            .query_row("SELECT NOT EXISTS (SELECT 1 FROM activities)", [], |row| {
+                row.get(0)
+            })
+            .map_err(sqlite)?;
+        let activities = activities.into_iter();
+        let mut keys = Vec::with_capacity(activities.size_hint().0);
+        if fresh {
+            // Building the id index once, from sorted ids, after the rows
+            // are in takes a third of the time of a million inserts into
+            // it; a duplicate id then fails the CREATE, and the transaction.
+            tx.execute_batch("DROP INDEX activities_by_id")
+                .map_err(sqlite)?;
+        }
+        {
+            let mut insert = tx.prepare(INSERT_ACTIVITY).map_err(sqlite)?;
+            // Prepared only for a resume: without the id index (dropped
+            // above for a first run) they could not be.
+            let mut resume = match fresh {
+                true => None,
+                false => Some((
+                    tx.prepare(UPSERT_ACTIVITY).map_err(sqlite)?,
+                    tx.prepare("SELECT activity FROM activities WHERE id = ?1")
+                        .map_err(sqlite)?,
+                )),
+            };
             for a in activities {
-                upsert.execute(params![
-                    a.id,
-                    a.kind,
-                    a.spec_hash,
-                    a.context,
-                    json_list(&a.after),
-                    run,
-                    a.rerun
-                ])?;
+                let kind = kind_keys.get(a.kind).ok_or_else(|| {
+                    invalid(format!(
+                        "activity {:?} has kind {} of {}",
+                        a.id,
+                        a.kind,
+                        kinds.len()
+                    ))
+                })?;
+                let context = context_keys.get(a.context).ok_or_else(|| {
+                    invalid(format!(
+                        "activity {:?} has context {} of {}",
+                        a.id,
+                        a.context,
+                        contexts.len()
+                    ))
+                })?;
+                // The hash's 64 bits as SQLite's signed integer.
+                let hash = a.spec_hash as i64;
+                let key = if let Some((upsert, find)) = &mut resume {
+                    let changed: Option<i64> = upsert
+                        .query_row(params![a.id, kind, context, hash, run, a.rerun], |row| {
+                            row.get(0)
+                        })
+                        .optional()
+                        .map_err(sqlite)?;
+                    match changed {
+                        Some(key) => key,
+                        None => find.query_row([a.id], |row| row.get(0)).map_err(sqlite)?,
+                    }
+                } else {
+                    insert
+                        .execute(params![a.id, kind, context, hash, run])
+                        .map_err(sqlite)?;
+                    tx.last_insert_rowid()
+                };
+                keys.push(key);
             }
-            Ok(())
-        })
+        }
+        if fresh {
+            tx.execute_batch(INDEX_IDS).map_err(sqlite)?;
+        }
+        tx.commit().map_err(sqlite)?;
+        Ok(keys)
     }
 
     /// Records what happened to some activities in run `run`, in one
     /// transaction: their attempts and their new states.
     pub fn record(&mut self, run: i64, updates: &[ActivityUpdate]) -> Result<(), JournalError> {
-        self.transaction(|tx| {
-            let mut attempt = tx.prepare(
-                "INSERT OR REPLACE INTO attempts(run, activity, attempt, node, executor, labels,
-                    started, ended, outcome, exit_code, signal, message, cpu_seconds,
-                    stdout, stderr, stdout_bytes, stderr_bytes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+        let Journal { conn, path, slots } = self;
+        let sqlite = |source| JournalError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = conn.transaction().map_err(sqlite)?;
+        let written = (|| {
+            let mut attempt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO attempts(run, activity, attempt, slot, started, ended,
+                    outcome, exit_code, signal, message, cpu_seconds, stdout, stderr,
+                    stdout_bytes, stderr_bytes, stream, stream_offset, stream_length)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                         ?17, ?18)",
             )?;
-            let mut state = tx.prepare(
-                "UPDATE activities SET state = ?2, run = ?3, message = ?4 WHERE id = ?1",
+            let mut state = tx.prepare_cached(
+                "UPDATE activities SET state = ?2, run = ?3, message = ?4 WHERE activity = ?1",
             )?;
             for update in updates {
                 for a in &update.attempts {
+                    let slot = match slots.get(run, &a.node, a.executor, &a.labels) {
+                        Some(slot) => slot,
+                        None => {
+                            let slot = slot_of(&tx, run, &a.node, a.executor, &a.labels)?;
+                            slots.insert(run, &a.node, a.executor, &a.labels, slot);
+                            slot
+                        }
+                    };
+                    let stream = a.stream.as_ref();
                     attempt.execute(params![
                         run,
-                        update.id,
+                        update.activity,
                         a.attempt,
-                        a.node,
-                        a.executor,
-                        a.labels,
+                        slot,
                         a.started,
                         a.ended,
                         a.outcome,
@@ -568,18 +860,29 @@ impl Journal {
                         a.stdout,
                         a.stderr,
                         a.stdout_bytes,
-                        a.stderr_bytes
+                        a.stderr_bytes,
+                        stream.map(|s| &s.file),
+                        stream.map(|s| s.offset),
+                        stream.map(|s| s.length),
                     ])?;
                 }
                 state.execute(params![
-                    update.id,
+                    update.activity,
                     update.state.as_str(),
                     run,
                     update.message
                 ])?;
             }
             Ok(())
-        })
+        })();
+        match written.and_then(|()| tx.commit()) {
+            Ok(()) => Ok(()),
+            Err(source) => {
+                // Executors this transaction added are gone with it.
+                *slots = SlotCache::default();
+                Err(sqlite(source))
+            }
+        }
     }
 
     /// Records how run `run` ended.
@@ -593,14 +896,30 @@ impl Journal {
         })
     }
 
-    /// Spec hashes of the activities that are done, by id: what a resume may skip.
-    pub fn done(&self) -> Result<HashMap<String, String>, JournalError> {
+    /// Calls `visit` with the id and spec hash of each activity that is
+    /// done: what a resume may skip. Rows stream from the database, so a
+    /// million of them need no map of their own.
+    pub fn for_each_done(&self, mut visit: impl FnMut(&str, u64)) -> Result<(), JournalError> {
         self.sql(|c| {
             let mut query =
                 c.prepare("SELECT id, spec_hash FROM activities WHERE state = 'done'")?;
-            let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect()
+            let mut rows = query.query([])?;
+            while let Some(row) = rows.next()? {
+                let id = row.get_ref(0)?.as_str()?;
+                visit(id, row.get::<_, i64>(1)? as u64);
+            }
+            Ok(())
         })
+    }
+
+    /// Spec hashes of the activities that are done, by id; a map, for
+    /// small journals (a runner uses [`Journal::for_each_done`]).
+    pub fn done(&self) -> Result<HashMap<String, u64>, JournalError> {
+        let mut done = HashMap::new();
+        self.for_each_done(|id, hash| {
+            done.insert(id.to_string(), hash);
+        })?;
+        Ok(done)
     }
 
     /// Every run, oldest first.
@@ -628,21 +947,38 @@ impl Journal {
         })
     }
 
-    /// The graph spec (JSON) that run `run` ran.
-    pub fn graph_spec(&self, run: i64) -> Result<Option<String>, JournalError> {
+    /// The files run `run`'s graph was read from, `(name, text)`, in the
+    /// order [`NewRun::sources`] gave them.
+    pub fn sources(&self, run: i64) -> Result<Vec<(String, String)>, JournalError> {
         self.sql(|c| {
-            c.query_row("SELECT graph_spec FROM runs WHERE run = ?1", [run], |row| {
-                row.get(0)
-            })
-            .optional()
+            let mut query =
+                c.prepare("SELECT name, text FROM run_sources WHERE run = ?1 ORDER BY rowid")?;
+            let rows = query.query_map([run], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
         })
     }
 
-    /// The executors of run `run`.
+    /// Every activity kind, in graph order: the order graphs first
+    /// declared them in.
+    pub fn kinds(&self) -> Result<Vec<KindRow>, JournalError> {
+        self.sql(|c| {
+            let mut query = c.prepare("SELECT kind, name FROM kinds ORDER BY kind")?;
+            let rows = query.query_map([], |row| {
+                Ok(KindRow {
+                    kind: row.get(0)?,
+                    name: row.get(1)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// The executors run `run` listed.
     pub fn executors(&self, run: i64) -> Result<Vec<ExecutorRow>, JournalError> {
         self.sql(|c| {
             let mut query = c.prepare(
-                "SELECT executor, node, labels, cores FROM executors WHERE run = ?1
+                "SELECT executor, node, labels, cores FROM executors
+                 WHERE run = ?1 AND cores IS NOT NULL
                  ORDER BY node, executor",
             )?;
             let rows = query.query_map([run], |row| {
@@ -657,38 +993,87 @@ impl Journal {
         })
     }
 
-    /// Every activity's row, in id order.
-    pub fn activities(&self) -> Result<Vec<ActivityRow>, JournalError> {
+    /// Every executor of run `run` with its number: the listed ones and
+    /// those known only from attempts, by node, then index.
+    pub fn executor_slots(&self, run: i64) -> Result<Vec<ExecutorSlot>, JournalError> {
         self.sql(|c| {
             let mut query = c.prepare(
-                "SELECT id, kind, spec_hash, context, state, run, message FROM activities
-                 ORDER BY id",
+                "SELECT slot, executor, node, labels, cores FROM executors WHERE run = ?1
+                 ORDER BY node, executor, slot",
             )?;
-            let rows = query.query_map([], |row| {
-                Ok(ActivityRow {
-                    id: row.get(0)?,
-                    kind: row.get(1)?,
-                    spec_hash: row.get(2)?,
-                    context: row.get(3)?,
-                    state: ActivityState::parse(&row.get::<_, String>(4)?),
-                    run: row.get(5)?,
-                    message: row.get(6)?,
+            let rows = query.query_map([run], |row| {
+                Ok(ExecutorSlot {
+                    slot: row.get(0)?,
+                    executor: row.get(1)?,
+                    node: row.get(2)?,
+                    labels: row.get(3)?,
+                    cores: row.get(4)?,
                 })
             })?;
             rows.collect()
         })
     }
 
-    /// The attempts of run `run`, or of every run, in start order.
+    /// Every activity's row, in id order.
+    pub fn activities(&self) -> Result<Vec<ActivityRow>, JournalError> {
+        self.sql(|c| {
+            let mut query = c.prepare(
+                "SELECT a.activity, a.id, k.name, a.spec_hash, c.text, a.state, a.run, a.message
+                 FROM activities a
+                 JOIN kinds k ON k.kind = a.kind
+                 JOIN contexts c ON c.context = a.context
+                 ORDER BY a.id",
+            )?;
+            let rows = query.query_map([], |row| {
+                Ok(ActivityRow {
+                    activity: row.get(0)?,
+                    id: row.get(1)?,
+                    kind: row.get(2)?,
+                    spec_hash: row.get::<_, i64>(3)? as u64,
+                    context: row.get(4)?,
+                    state: ActivityState::parse(&row.get::<_, String>(5)?),
+                    run: row.get(6)?,
+                    message: row.get(7)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// How many activities are in each state, by the run that set it: the
+    /// figures of a report, counted by SQLite without reading the rows out.
+    pub fn state_counts(&self) -> Result<Vec<StateCount>, JournalError> {
+        self.sql(|c| {
+            let mut query =
+                c.prepare("SELECT state, run, count(*) FROM activities GROUP BY state, run")?;
+            let rows = query.query_map([], |row| {
+                Ok(StateCount {
+                    state: ActivityState::parse(row.get_ref(0)?.as_str()?),
+                    run: row.get(1)?,
+                    count: row.get::<_, i64>(2)? as u64,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// The attempts of run `run`, or of every run, in start order, with
+    /// the activity's id and the executor's node, index and labels.
     pub fn attempts(&self, run: Option<i64>) -> Result<Vec<AttemptRow>, JournalError> {
         self.sql(|c| {
             let mut query = c.prepare(
-                "SELECT run, activity, attempt, node, executor, labels, started, ended, outcome,
-                        exit_code, signal, message, cpu_seconds, stdout, stderr, stdout_bytes,
-                        stderr_bytes
-                 FROM attempts WHERE ?1 IS NULL OR run = ?1 ORDER BY started, activity, attempt",
+                "SELECT t.run, a.id, t.attempt, e.node, e.executor, e.labels, t.started, t.ended,
+                        t.outcome, t.exit_code, t.signal, t.message, t.cpu_seconds, t.stdout,
+                        t.stderr, t.stdout_bytes, t.stderr_bytes, t.stream, t.stream_offset,
+                        t.stream_length
+                 FROM attempts t
+                 JOIN activities a ON a.activity = t.activity
+                 JOIN executors e ON e.slot = t.slot
+                 WHERE ?1 IS NULL OR t.run = ?1
+                 ORDER BY t.started, a.id, t.attempt",
             )?;
             let rows = query.query_map([run], |row| {
+                let file: Option<String> = row.get(17)?;
                 Ok(AttemptRow {
                     run: row.get(0)?,
                     activity: row.get(1)?,
@@ -707,35 +1092,122 @@ impl Journal {
                     stderr: row.get(14)?,
                     stdout_bytes: row.get(15)?,
                     stderr_bytes: row.get(16)?,
+                    stream: match file {
+                        Some(file) => Some(StreamPlace {
+                            file,
+                            offset: row.get::<_, Option<i64>>(18)?.unwrap_or(0),
+                            length: row.get::<_, Option<i64>>(19)?.unwrap_or(0),
+                        }),
+                        None => None,
+                    },
                 })
             })?;
             rows.collect()
         })
     }
 
-    fn transaction(
-        &mut self,
-        operate: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>,
+    /// Calls `visit` with each attempt of run `run`, by activity number
+    /// then attempt, until it breaks: what a report reads of a million
+    /// attempts, streamed, with numbers for the names
+    /// ([`Journal::kinds`], [`Journal::executor_slots`]).
+    pub fn scan_attempts(
+        &self,
+        run: i64,
+        mut visit: impl FnMut(AttemptFacts<'_>) -> ControlFlow<()>,
     ) -> Result<(), JournalError> {
+        self.sql(|c| {
+            let mut query = c.prepare(
+                "SELECT t.activity, a.id, a.kind, t.attempt, t.slot, t.started, t.ended,
+                        t.outcome, t.exit_code, t.cpu_seconds
+                 FROM attempts t JOIN activities a ON a.activity = t.activity
+                 WHERE t.run = ?1",
+            )?;
+            let mut rows = query.query([run])?;
+            while let Some(row) = rows.next()? {
+                let facts = AttemptFacts {
+                    activity: row.get(0)?,
+                    id: row.get_ref(1)?.as_str()?,
+                    kind: row.get(2)?,
+                    attempt: row.get(3)?,
+                    slot: row.get(4)?,
+                    started: row.get(5)?,
+                    ended: row.get(6)?,
+                    outcome: row.get_ref(7)?.as_str()?,
+                    exit_code: row.get(8)?,
+                    cpu_seconds: row.get(9)?,
+                };
+                if visit(facts).is_break() {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn transaction<R>(
+        &mut self,
+        operate: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<R>,
+    ) -> Result<R, JournalError> {
         let path = self.path.clone();
         let error = |source| JournalError::Sqlite {
             path: path.clone(),
             source,
         };
         let tx = self.conn.transaction().map_err(error)?;
-        operate(&tx).map_err(error)?;
-        tx.commit().map_err(error)
+        let result = operate(&tx).map_err(error)?;
+        tx.commit().map_err(error)?;
+        Ok(result)
     }
+}
+
+/// The numbers of `names` in the two-column `table` (`key` and the unique
+/// `column`), adding the ones it lacks at the end, in order.
+fn named_keys(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    column: &str,
+    key: &str,
+    names: &[String],
+) -> rusqlite::Result<Vec<i64>> {
+    let mut add = tx.prepare(&format!(
+        "INSERT INTO {table}({column}) VALUES (?1) ON CONFLICT({column}) DO NOTHING"
+    ))?;
+    let mut find = tx.prepare(&format!("SELECT {key} FROM {table} WHERE {column} = ?1"))?;
+    names
+        .iter()
+        .map(|name| {
+            add.execute([name])?;
+            find.query_row([name], |row| row.get(0))
+        })
+        .collect()
+}
+
+/// The number of run `run`'s executor `executor` of `node` with `labels`,
+/// adding it (not listed: no cores) if the run has no such executor.
+fn slot_of(
+    tx: &rusqlite::Transaction<'_>,
+    run: i64,
+    node: &str,
+    executor: i64,
+    labels: &str,
+) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO executors(run, node, executor, labels) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(run, node, executor, labels) DO NOTHING",
+        params![run, node, executor, labels],
+    )?;
+    tx.query_row(
+        "SELECT slot FROM executors WHERE run = ?1 AND node = ?2 AND executor = ?3
+         AND labels = ?4",
+        params![run, node, executor, labels],
+        |row| row.get(0),
+    )
 }
 
 /// Seconds since the Unix epoch, as the journal stores times.
 pub fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn json_list(items: &[String]) -> String {
-    serde_json::to_string(items).expect("a list of strings always encodes")
 }
 
 #[cfg(test)]
