@@ -5,11 +5,18 @@
 //! The coordinator is an ordinary activity, so a graph runs wherever the
 //! pool runs it; only its [`NodeReport`] events go back to whoever watches
 //! the run (the `constellation run` command, which journals them).
+//!
+//! Its state is a few numbers per node (a waiting count, a settled bit)
+//! and queues of node numbers per context; a command is rendered from the
+//! [`Graph`] only when it is submitted, and at most [`WINDOW`] are
+//! submitted per context at a time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use constellation::{Activity, ActivityCx, ActivityId, Context, ContextList, Event, Step};
-use executors::shell::{ShellActivity, ShellResult, ShellSpec};
+use executors::shell::{Capture, ShellActivity, ShellResult};
 use serde::{Deserialize, Serialize};
 
 use crate::graph::Graph;
@@ -20,21 +27,21 @@ use crate::graph::Graph;
 pub enum NodeReport {
     /// The node's command ran, successfully or not (after its retries).
     Finished {
-        /// Index into [`Graph::nodes`].
+        /// The node's number in the [`Graph`].
         node: usize,
         /// What the shell activity reported.
         result: Box<ShellResult>,
     },
     /// The node will never run: a node it depends on, directly or not, failed.
     Cancelled {
-        /// Index into [`Graph::nodes`].
+        /// The node's number in the [`Graph`].
         node: usize,
         /// The failed node that caused it.
         because: usize,
     },
     /// No executor of the pool can run the node; it was not submitted.
     Refused {
-        /// Index into [`Graph::nodes`].
+        /// The node's number in the [`Graph`].
         node: usize,
         /// The scheduler's reason.
         reason: String,
@@ -57,22 +64,94 @@ impl NodeReport {
     }
 }
 
+/// Shell activities a coordinator keeps submitted per context at once.
+///
+/// Submitting every ready node at once would put a million activities, each
+/// with its rendered command, into the pool's queues: gigabytes for work
+/// that two executors take an hour to get through. A window keeps the
+/// pool's queues short and the commands rendered only shortly before they
+/// run, while staying far above what any pool runs in parallel, so
+/// executors never wait for the coordinator. It is per context so that work
+/// waiting for labels no executor offers fills only its own window and
+/// never holds back work that can run.
+pub const WINDOW: usize = 4096;
+
+/// Per context of the graph ([`Graph::contexts`]), counts the coordinator
+/// publishes while it runs, for the runner to read from another thread.
+#[derive(Debug, Default)]
+pub struct ReleasedCounts {
+    /// Released (all they run after has succeeded) and not yet settled.
+    released: Vec<AtomicUsize>,
+    /// Submitted to the pool and not yet finished.
+    in_flight: Vec<AtomicUsize>,
+    /// The most ever submitted and not finished at once.
+    most_in_flight: Vec<AtomicUsize>,
+}
+
+impl ReleasedCounts {
+    fn new(contexts: usize) -> ReleasedCounts {
+        let zeros = || (0..contexts).map(|_| AtomicUsize::new(0)).collect();
+        ReleasedCounts {
+            released: zeros(),
+            in_flight: zeros(),
+            most_in_flight: zeros(),
+        }
+    }
+
+    /// How many contexts are counted.
+    pub fn len(&self) -> usize {
+        self.released.len()
+    }
+
+    /// Whether no context is counted.
+    pub fn is_empty(&self) -> bool {
+        self.released.is_empty()
+    }
+
+    /// Activities of `context` released and not settled: waiting in the
+    /// coordinator's queue, queued in the pool, or running.
+    pub fn released(&self, context: usize) -> usize {
+        self.released[context].load(Ordering::Relaxed)
+    }
+
+    /// Activities of `context` submitted to the pool and not finished.
+    pub fn in_flight(&self, context: usize) -> usize {
+        self.in_flight[context].load(Ordering::Relaxed)
+    }
+
+    /// The most activities of `context` that were ever in flight at once:
+    /// never more than the window.
+    pub fn most_in_flight(&self, context: usize) -> usize {
+        self.most_in_flight[context].load(Ordering::Relaxed)
+    }
+}
+
 /// The activity that runs a graph: it submits ready nodes and collects
 /// their results, releasing dependants as soon as their inputs are done.
-#[derive(Serialize, Deserialize)]
 pub struct Coordinator {
-    /// Each node's command; taken when the node is submitted.
-    specs: Vec<Option<ShellSpec>>,
-    /// For each node, the nodes that run after it.
-    dependants: Vec<Vec<u32>>,
-    /// For each node, how many of its dependencies have not succeeded yet.
+    graph: Arc<Graph>,
+    /// Where each command's output goes.
+    capture: Capture,
+    /// Per context, the most submitted and unfinished at once.
+    window: usize,
+    /// For each node, how many of its dependencies have not succeeded yet:
+    /// a group counts as one.
     waiting: Vec<u32>,
-    /// Nodes that need no more reports: skipped, finished or cancelled.
-    settled: Vec<bool>,
+    /// For each group, members that have not succeeded yet.
+    remaining: Vec<u32>,
+    /// Groups with a member that failed: their consumers are cancelled once.
+    broken: Vec<bool>,
+    /// Nodes that need no more reports: skipped, finished or cancelled; a bit each.
+    settled: Vec<u64>,
+    /// Per context, released nodes not yet submitted, in node order.
+    ready: Vec<VecDeque<u32>>,
+    /// Per context, submitted nodes not yet finished.
+    in_flight: Vec<usize>,
     /// Shell activities in flight, by id.
     running: HashMap<ActivityId, u32>,
     /// Nodes still to report.
     unsettled: usize,
+    counts: Arc<ReleasedCounts>,
     observer: ActivityId,
 }
 
@@ -83,32 +162,63 @@ impl Coordinator {
     ///
     /// # Panics
     /// If `skip` is not one flag per node.
-    pub fn new(graph: &Graph, skip: &[bool], observer: ActivityId) -> Coordinator {
-        assert_eq!(skip.len(), graph.nodes.len(), "one skip flag per node");
-        let dependants = graph
-            .dependants()
-            .into_iter()
-            .map(|list| list.into_iter().map(|n| n as u32).collect())
+    pub fn new(graph: Arc<Graph>, skip: &[bool], observer: ActivityId) -> Coordinator {
+        assert_eq!(skip.len(), graph.len(), "one skip flag per node");
+        let nodes = graph.len();
+        let mut remaining = vec![0u32; graph.group_count()];
+        for (g, left) in remaining.iter_mut().enumerate() {
+            *left = graph.group_members(g).filter(|&m| !skip[m]).count() as u32;
+        }
+        let waiting: Vec<u32> = (0..nodes)
+            .map(|n| {
+                let groups = (graph.entry_groups(n).iter())
+                    .filter(|&&g| remaining[g as usize] > 0)
+                    .count();
+                let after = (graph.after_of(n).iter())
+                    .filter(|&&m| !skip[m as usize])
+                    .count();
+                (groups + after) as u32
+            })
             .collect();
-        let waiting = graph
-            .nodes
-            .iter()
-            .map(|node| node.after.iter().filter(|&&d| !skip[d]).count() as u32)
-            .collect();
-        Coordinator {
-            specs: graph
-                .nodes
-                .iter()
-                .zip(skip)
-                .map(|(node, &skip)| (!skip).then(|| node.spec.clone()))
-                .collect(),
-            dependants,
+        let mut settled = vec![0u64; nodes.div_ceil(64)];
+        for (n, _) in skip.iter().enumerate().filter(|(_, &s)| s) {
+            settled[n / 64] |= 1 << (n % 64);
+        }
+        let contexts = graph.contexts().len();
+        let mut coordinator = Coordinator {
+            capture: Capture::default(),
+            window: WINDOW,
+            broken: vec![false; remaining.len()],
+            remaining,
             waiting,
-            settled: skip.to_vec(),
+            settled,
+            ready: vec![VecDeque::new(); contexts],
+            in_flight: vec![0; contexts],
             running: HashMap::new(),
             unsettled: skip.iter().filter(|&&s| !s).count(),
+            counts: Arc::new(ReleasedCounts::new(contexts)),
             observer,
+            graph,
+        };
+        for n in 0..nodes {
+            if coordinator.waiting[n] == 0 && !skip[n] {
+                coordinator.release(n as u32);
+            }
         }
+        coordinator
+    }
+
+    /// Where the commands' output goes (the default of [`Capture`] until set).
+    pub fn with_capture(mut self, capture: Capture) -> Coordinator {
+        self.capture = capture;
+        self
+    }
+
+    /// A window other than [`WINDOW`] (at least 1): for tests, and pools
+    /// far larger than any today.
+    pub fn with_window(mut self, window: usize) -> Coordinator {
+        self.window = window.max(1);
+        self
     }
 
     /// How many reports the observer will receive: one per node not skipped.
@@ -116,64 +226,123 @@ impl Coordinator {
         self.unsettled
     }
 
-    fn submit(&mut self, cx: &mut ActivityCx<'_>, node: u32) {
-        let Some(spec) = self.specs[node as usize].take() else {
-            return;
-        };
+    /// The counts per context this coordinator publishes as it runs.
+    pub fn released(&self) -> Arc<ReleasedCounts> {
+        Arc::clone(&self.counts)
+    }
+
+    fn is_settled(&self, n: u32) -> bool {
+        self.settled[n as usize / 64] & (1 << (n % 64)) != 0
+    }
+
+    /// Everything `n` runs after has succeeded: it joins its context's queue.
+    fn release(&mut self, n: u32) {
+        let context = self.graph.context_of(n as usize);
+        self.ready[context].push_back(n);
+        self.counts.released[context].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Submits released nodes while their context's window has room.
+    fn pump(&mut self, cx: &mut ActivityCx<'_>) {
+        for context in 0..self.ready.len() {
+            while self.in_flight[context] < self.window {
+                let Some(n) = self.ready[context].pop_front() else {
+                    break;
+                };
+                self.submit(cx, n, context);
+            }
+        }
+    }
+
+    fn submit(&mut self, cx: &mut ActivityCx<'_>, n: u32, context: usize) {
+        let mut spec = self.graph.spec(n as usize);
+        spec.capture = self.capture.clone();
         let parent = cx.id();
         match cx.submit(ShellActivity::new(spec).reply_to(parent)) {
             Ok(child) => {
-                self.running.insert(child, node);
+                self.running.insert(child, n);
+                self.in_flight[context] += 1;
+                let counts = &self.counts;
+                counts.in_flight[context].store(self.in_flight[context], Ordering::Relaxed);
+                counts.most_in_flight[context]
+                    .fetch_max(self.in_flight[context], Ordering::Relaxed);
             }
             Err(error) => {
                 self.settle(
                     cx,
                     NodeReport::Refused {
-                        node: node as usize,
+                        node: n as usize,
                         reason: error.to_string(),
                     },
                 );
-                self.cancel_dependants(cx, node);
+                self.cancel_dependants(cx, n);
             }
         }
     }
 
     fn settle(&mut self, cx: &mut ActivityCx<'_>, report: NodeReport) {
-        let node = report.node();
-        debug_assert!(!self.settled[node], "node {node} settled twice");
-        self.settled[node] = true;
+        let n = report.node();
+        debug_assert!(!self.is_settled(n as u32), "node {n} settled twice");
+        self.settled[n / 64] |= 1 << (n % 64);
         self.unsettled -= 1;
+        if !matches!(report, NodeReport::Cancelled { .. }) {
+            // Only released nodes run or are refused.
+            let context = self.graph.context_of(n);
+            self.counts.released[context].fetch_sub(1, Ordering::Relaxed);
+        }
         cx.send(self.observer, report);
     }
 
-    fn release_dependants(&mut self, cx: &mut ActivityCx<'_>, node: u32) {
-        for k in 0..self.dependants[node as usize].len() {
-            let dependant = self.dependants[node as usize][k];
-            let waiting = &mut self.waiting[dependant as usize];
-            *waiting -= 1;
-            if *waiting == 0 && !self.settled[dependant as usize] {
-                self.submit(cx, dependant);
+    /// One dependency of `m` has succeeded.
+    fn one_less(&mut self, m: usize) {
+        self.waiting[m] -= 1;
+        if self.waiting[m] == 0 && !self.is_settled(m as u32) {
+            self.release(m as u32);
+        }
+    }
+
+    fn release_dependants(&mut self, n: u32) {
+        let graph = Arc::clone(&self.graph);
+        for g in graph.member_of(n as usize) {
+            self.remaining[g] -= 1;
+            if self.remaining[g] == 0 {
+                for m in graph.group_consumers(g) {
+                    self.one_less(m);
+                }
             }
+        }
+        for &m in graph.dependants_of(n as usize) {
+            self.one_less(m as usize);
         }
     }
 
     /// Cancels everything that runs after `failed`, directly or not. None
     /// of it can have started: each waits for `failed` somewhere upstream.
+    /// A group is followed once, however many of its members fail.
     fn cancel_dependants(&mut self, cx: &mut ActivityCx<'_>, failed: u32) {
-        let mut stack = self.dependants[failed as usize].clone();
-        while let Some(node) = stack.pop() {
-            if self.settled[node as usize] {
-                continue;
+        let graph = Arc::clone(&self.graph);
+        let mut stack = vec![failed];
+        let mut first = true;
+        while let Some(n) = stack.pop() {
+            if !first {
+                if self.is_settled(n) {
+                    continue;
+                }
+                self.settle(
+                    cx,
+                    NodeReport::Cancelled {
+                        node: n as usize,
+                        because: failed as usize,
+                    },
+                );
             }
-            self.specs[node as usize] = None;
-            self.settle(
-                cx,
-                NodeReport::Cancelled {
-                    node: node as usize,
-                    because: failed as usize,
-                },
-            );
-            stack.extend_from_slice(&self.dependants[node as usize]);
+            first = false;
+            for g in graph.member_of(n as usize) {
+                if !std::mem::replace(&mut self.broken[g], true) {
+                    stack.extend(graph.group_consumers(g).map(|m| m as u32));
+                }
+            }
+            stack.extend_from_slice(graph.dependants_of(n as usize));
         }
     }
 
@@ -183,6 +352,26 @@ impl Coordinator {
         } else {
             Step::Suspend
         }
+    }
+}
+
+/// A coordinator is never moved to another executor or node
+/// ([`Activity::may_be_stolen`] is false), so it is never serialized: its
+/// graph and state stay in the process that runs the graph. Serializing
+/// one says so instead of writing a state that could not be resumed.
+impl Serialize for Coordinator {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom(
+            "a graph coordinator stays in the process that runs its graph and is never serialized",
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for Coordinator {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "a graph coordinator is never sent between processes",
+        ))
     }
 }
 
@@ -203,12 +392,7 @@ impl Activity for Coordinator {
     }
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
-        let ready: Vec<u32> = (0..self.waiting.len() as u32)
-            .filter(|&n| self.waiting[n as usize] == 0 && !self.settled[n as usize])
-            .collect();
-        for node in ready {
-            self.submit(cx, node);
-        }
+        self.pump(cx);
         self.step()
     }
 
@@ -221,23 +405,27 @@ impl Activity for Coordinator {
                 return self.step();
             }
         };
-        let Some(node) = self.running.remove(&result.activity) else {
+        let Some(n) = self.running.remove(&result.activity) else {
             tracing::error!(activity = %result.activity, "a shell result for no node of this graph; ignored");
             return self.step();
         };
+        let context = self.graph.context_of(n as usize);
+        self.in_flight[context] -= 1;
+        self.counts.in_flight[context].store(self.in_flight[context], Ordering::Relaxed);
         let success = result.is_success();
         self.settle(
             cx,
             NodeReport::Finished {
-                node: node as usize,
+                node: n as usize,
                 result: Box::new(result),
             },
         );
         if success {
-            self.release_dependants(cx, node);
+            self.release_dependants(n);
         } else {
-            self.cancel_dependants(cx, node);
+            self.cancel_dependants(cx, n);
         }
+        self.pump(cx);
         self.step()
     }
 }

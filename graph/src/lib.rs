@@ -41,11 +41,11 @@ mod retarget;
 mod suggest;
 mod template;
 
-pub use coordinator::{Coordinator, NodeReport, COORDINATOR_LABEL};
+pub use coordinator::{Coordinator, NodeReport, ReleasedCounts, COORDINATOR_LABEL, WINDOW};
 pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel, Retargeted};
 
 pub use crate::graph::{
-    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, Node, MAX_ID_BYTES,
+    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, MAX_ID_BYTES,
     MAX_INSTANCES,
 };
 pub use template::{shell_word, Template, TemplateError};

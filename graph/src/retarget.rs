@@ -5,6 +5,7 @@
 //! a location with a size, at a list of locations, with an `anywhere`
 //! fallback, or on GPUs instead of CPUs.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use constellation::{Context, ContextList, Label, ListMode};
@@ -120,31 +121,48 @@ pub struct Retargeted {
 
 impl Graph {
     /// Applies context-file rules, then label renames, to every node's
-    /// context.
+    /// context. Rules are matched against each id; the new context is
+    /// worked out once per distinct (context, winning rule).
     pub fn retarget(&mut self, rules: &[ContextRule], relabels: &[Relabel]) -> Retargeted {
         let mut report = Retargeted::default();
         let mut used_rules = vec![false; rules.len()];
         let mut used_relabels = vec![false; relabels.len()];
-        for node in &mut self.nodes {
-            let before = node.spec.context.clone();
-            let mut context = before.clone();
-            for (k, rule) in rules.iter().enumerate() {
-                if glob_match(&rule.pattern, &node.id) {
-                    context = rule.context.clone();
-                    used_rules[k] = true;
+        let mut contexts: Vec<ContextList> = Vec::new();
+        let mut context_at: HashMap<ContextList, u32> = HashMap::new();
+        // (old context, winning rule) -> (new context, changed).
+        let mut outcome: HashMap<(u32, Option<usize>), (u32, bool)> = HashMap::new();
+        let mut context_of = std::mem::take(&mut self.context_of);
+        for (n, slot) in context_of.iter_mut().enumerate() {
+            let id = self.id(n);
+            let winner = (rules.iter().enumerate())
+                .filter(|(_, rule)| glob_match(&rule.pattern, id))
+                .map(|(k, _)| k)
+                .inspect(|&k| used_rules[k] = true)
+                .last();
+            let (context, changed) = *outcome.entry((*slot, winner)).or_insert_with(|| {
+                let before = &self.contexts[*slot as usize];
+                let mut context =
+                    winner.map_or_else(|| before.clone(), |k| rules[k].context.clone());
+                for (k, relabel) in relabels.iter().enumerate() {
+                    if let Some(renamed) = rename(&context, relabel) {
+                        context = renamed;
+                        used_relabels[k] = true;
+                    }
                 }
-            }
-            for (k, relabel) in relabels.iter().enumerate() {
-                if let Some(renamed) = rename(&context, relabel) {
-                    context = renamed;
-                    used_relabels[k] = true;
-                }
-            }
-            if context != before {
+                let changed = context != *before;
+                let at = *context_at.entry(context.clone()).or_insert_with(|| {
+                    contexts.push(context);
+                    (contexts.len() - 1) as u32
+                });
+                (at, changed)
+            });
+            if changed {
                 report.changed += 1;
-                node.spec.context = context;
             }
+            *slot = context;
         }
+        self.context_of = context_of;
+        self.contexts = contexts;
         report.unused.extend(
             (rules.iter().zip(&used_rules))
                 .filter(|(_, used)| !**used)
@@ -212,10 +230,10 @@ after = ["prepare"]
         assert_eq!(report.changed, 3);
         assert!(report.unused.is_empty());
         assert_eq!(
-            g.get("detect-2").unwrap().spec.context.to_string(),
+            g.context(g.index_of("detect-2").unwrap()).to_string(),
             "gpu | site:vu"
         );
-        assert!(g.get("prepare").unwrap().spec.context.is_anywhere());
+        assert!(g.context(g.index_of("prepare").unwrap()).is_anywhere());
     }
 
     #[test]
@@ -228,11 +246,11 @@ after = ["prepare"]
         let report = g.retarget(&rules, &[]);
         assert_eq!(report.changed, 3);
         assert_eq!(
-            g.get("detect-1").unwrap().spec.context.to_string(),
+            g.context(g.index_of("detect-1").unwrap()).to_string(),
             "site:uva"
         );
         assert_eq!(
-            g.get("detect-3").unwrap().spec.context.to_string(),
+            g.context(g.index_of("detect-3").unwrap()).to_string(),
             "gpu | anywhere"
         );
         assert_eq!(report.unused.len(), 1, "{:?}", report.unused);

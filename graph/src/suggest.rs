@@ -59,8 +59,8 @@ impl<'g> Family<'g> {
 pub(crate) struct Suggestions<'g> {
     /// Every id, when there are at most [`FEW_IDS`].
     few: Vec<&'g str>,
-    /// Is this an id of the graph?
-    index: &'g HashMap<String, usize>,
+    /// The graph's own copy of an id, if it is one.
+    lookup: Box<dyn Fn(&str) -> Option<&'g str> + 'g>,
     /// The distinct shapes, in the order of their first id.
     shapes: Vec<String>,
     families: Vec<Family<'g>>,
@@ -74,15 +74,16 @@ pub(crate) struct Suggestions<'g> {
 }
 
 impl<'g> Suggestions<'g> {
-    /// The index of `ids` (in graph order); `index` tells whether a name
-    /// is one of them.
+    /// The index of `ids` (in graph order, `count` of them); `lookup`
+    /// finds a name among them.
     pub(crate) fn new(
         ids: impl Iterator<Item = &'g str>,
-        index: &'g HashMap<String, usize>,
+        count: usize,
+        lookup: impl Fn(&str) -> Option<&'g str> + 'g,
     ) -> Suggestions<'g> {
         let mut suggestions = Suggestions {
             few: Vec::new(),
-            index,
+            lookup: Box::new(lookup),
             shapes: Vec::new(),
             families: Vec::new(),
             shape_at: HashMap::new(),
@@ -90,7 +91,7 @@ impl<'g> Suggestions<'g> {
             by_end: HashMap::new(),
             comparisons: Cell::new(0),
         };
-        let few = index.len() <= FEW_IDS;
+        let few = count <= FEW_IDS;
         let mut shape = String::new();
         for id in ids {
             if few {
@@ -143,12 +144,12 @@ impl<'g> Suggestions<'g> {
         let limit = (wanted.len() / 3).max(1);
         let mut best: Option<(usize, &str)> = None;
         let consider = |candidate: &str, best: &mut Option<(usize, &'g str)>| {
-            let Some((id, _)) = self.index.get_key_value(candidate) else {
+            let Some(id) = (self.lookup)(candidate) else {
                 return;
             };
             if let Some(d) = self.distance_within(wanted, id, limit) {
-                if best.is_none_or(|(bd, bid)| (d, id.as_str()) < (bd, bid)) {
-                    *best = Some((d, id.as_str()));
+                if best.is_none_or(|(bd, bid)| (d, id) < (bd, bid)) {
+                    *best = Some((d, id));
                 }
             }
         };
@@ -358,7 +359,9 @@ mod tests {
         for count in [1_000, 100_000] {
             let ids = sweep(count);
             let index = index(&ids);
-            let suggestions = Suggestions::new(ids.iter().map(String::as_str), &index);
+            let suggestions = Suggestions::new(ids.iter().map(String::as_str), ids.len(), |id| {
+                index.get_key_value(id).map(|(k, _)| k.as_str())
+            });
             let past_the_end = format!("detect-{}", count + 1);
             let last = format!("detect-{count}");
             let queries = [
@@ -395,7 +398,9 @@ mod tests {
             })
             .collect();
         let index = index(&ids);
-        let suggestions = Suggestions::new(ids.iter().map(String::as_str), &index);
+        let suggestions = Suggestions::new(ids.iter().map(String::as_str), ids.len(), |id| {
+            index.get_key_value(id).map(|(k, _)| k.as_str())
+        });
         let before = suggestions.comparisons();
         assert_eq!(
             suggestions.suggest("stpe-abcde-final").as_deref(),
@@ -413,7 +418,9 @@ mod tests {
     fn few_ids_are_searched_in_full() {
         let ids: Vec<String> = ["prepare", "detect", "summary"].map(String::from).to_vec();
         let index = index(&ids);
-        let suggestions = Suggestions::new(ids.iter().map(String::as_str), &index);
+        let suggestions = Suggestions::new(ids.iter().map(String::as_str), ids.len(), |id| {
+            index.get_key_value(id).map(|(k, _)| k.as_str())
+        });
         assert_eq!(suggestions.suggest("prepar").as_deref(), Some("prepare"));
         assert_eq!(suggestions.suggest("nope"), None);
         assert_eq!(suggestions.comparisons(), 6);

@@ -214,15 +214,32 @@ impl Template {
         self.render_with(values, true)
     }
 
+    /// [`render`](Self::render) with each value from `value(name)`: a
+    /// sweep looks its values up by position instead of building a map per
+    /// activity.
+    pub fn render_by<'v>(&self, value: impl Fn(&str) -> &'v str) -> String {
+        self.render_lookup(&value, false)
+    }
+
+    /// [`render_for_shell`](Self::render_for_shell) with each value from
+    /// `value(name)`.
+    pub fn render_for_shell_by<'v>(&self, value: impl Fn(&str) -> &'v str) -> String {
+        self.render_lookup(&value, true)
+    }
+
     /// The text with each value put in as it is, or, where `quote` and the
     /// placeholder is not `{name:raw}`, as one shell word.
     fn render_with(&self, values: &BTreeMap<String, String>, quote: bool) -> String {
+        self.render_lookup(&|name| values.get(name).map_or("", String::as_str), quote)
+    }
+
+    fn render_lookup<'v>(&self, value: &dyn Fn(&str) -> &'v str, quote: bool) -> String {
         let mut out = String::new();
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => out.push_str(text),
                 Piece::Var { name, raw } => {
-                    let value = values.get(name).map_or("", String::as_str);
+                    let value = value(name);
                     if quote && !raw {
                         out.push_str(&shell_word(value));
                     } else {

@@ -11,7 +11,7 @@ use graph::{Format, Graph};
 fn timeout_of(value: &str) -> Result<Option<Duration>, String> {
     let text = format!("[[activity]]\nid = \"a\"\ncommand = \"x\"\ntimeout = {value}\n");
     Graph::parse(&text, Format::Toml, "pipeline.toml", Path::new("."))
-        .map(|graph| graph.nodes[0].spec.timeout)
+        .map(|graph| graph.spec(0).timeout)
         .map_err(|e| e.to_string())
 }
 

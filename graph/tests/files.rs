@@ -12,6 +12,19 @@ fn error(text: &str) -> String {
     parse(text).expect_err("the file is bad").to_string()
 }
 
+/// The node with `id`.
+fn node(graph: &Graph, id: &str) -> usize {
+    graph.index_of(id).unwrap_or_else(|| panic!("no node {id}"))
+}
+
+/// The nodes `id` runs after, expanded, in node order.
+fn after(graph: &Graph, id: &str) -> Vec<usize> {
+    let mut after: Vec<usize> = graph.dependencies(node(graph, id)).collect();
+    after.sort_unstable();
+    after.dedup();
+    after
+}
+
 #[test]
 fn sweeps_expand_and_dependencies_follow_them() {
     let graph = parse(
@@ -43,27 +56,20 @@ after = ["combine-*"]
 "#,
     )
     .unwrap();
-    assert_eq!(graph.nodes.len(), 1 + 6 + 3 + 1);
-    let detect = graph.get("detect-2-i").unwrap();
-    assert_eq!(detect.after, [0]);
-    assert_eq!(detect.spec.program.argv(), ["detect.sh", "work/2.i.fits"]);
-    assert_eq!(detect.spec.context.to_string(), "site:vu | anywhere");
-    assert_eq!(
-        detect.spec.timeout,
-        Some(std::time::Duration::from_secs(90))
-    );
-    assert_eq!(detect.spec.retry.max_attempts, 3);
-    let combine: Vec<&str> = graph
-        .get("combine-2")
-        .unwrap()
-        .after
-        .iter()
-        .map(|&n| graph.nodes[n].id.as_str())
+    assert_eq!(graph.len(), 1 + 6 + 3 + 1);
+    assert_eq!(after(&graph, "detect-2-i"), [0]);
+    let detect = graph.spec(node(&graph, "detect-2-i"));
+    assert_eq!(detect.program.argv(), ["detect.sh", "work/2.i.fits"]);
+    assert_eq!(detect.context.to_string(), "site:vu | anywhere");
+    assert_eq!(detect.timeout, Some(std::time::Duration::from_secs(90)));
+    assert_eq!(detect.retry.max_attempts, 3);
+    let combine: Vec<&str> = (after(&graph, "combine-2").into_iter())
+        .map(|n| graph.id(n))
         .collect();
     assert_eq!(combine, ["detect-2-r", "detect-2-i"]);
-    assert_eq!(graph.get("report").unwrap().after.len(), 3);
+    assert_eq!(after(&graph, "report").len(), 3);
     let order = graph.topological_order();
-    let position = |id: &str| order.iter().position(|&n| graph.nodes[n].id == id).unwrap();
+    let position = |id: &str| order.iter().position(|&n| graph.id(n) == id).unwrap();
     assert!(position("prepare") < position("detect-3-r"));
     assert!(position("detect-3-r") < position("combine-3"));
     assert!(position("combine-3") < position("report"));
@@ -81,8 +87,14 @@ fn sweeps_read_from_a_file_next_to_the_graph() {
     )
     .unwrap();
     let graph = Graph::load(&path).unwrap();
-    let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    let ids: Vec<&str> = (0..graph.len()).map(|n| graph.id(n)).collect();
     assert_eq!(ids, ["x-SN-A", "x-SN-B"]);
+    // The sweep file is kept as read, for the journal to store once.
+    assert_eq!(graph.sources().len(), 2);
+    assert_eq!(
+        graph.sources()[1],
+        ("pairs.txt".into(), "# pairs\nSN-A\n\nSN-B\n".into())
+    );
 }
 
 #[test]
@@ -97,7 +109,7 @@ fn json_is_accepted_too() {
         Path::new("."),
     )
     .unwrap();
-    assert_eq!(graph.get("b").unwrap().after, [0]);
+    assert_eq!(after(&graph, "b"), [0]);
     let bad = Graph::parse(
         r#"{"activity": [{"id": "a", "command": "true", "after": ["nope"]}]}"#,
         Format::Json,
@@ -343,7 +355,7 @@ fn ids_that_cannot_name_a_folder_are_rejected_where_they_are_written() {
     // Odd but usable ids pass: their output folders are told apart.
     let graph =
         parse("[[activity]]\nid = \"a/b\"\ncommand = \"true\"\n\n[[activity]]\nid = \"a_b\"\ncommand = \"true\"\n").unwrap();
-    assert_eq!(graph.nodes.len(), 2);
+    assert_eq!(graph.len(), 2);
 }
 
 #[test]
@@ -352,8 +364,8 @@ fn sweep_values_in_scripts_are_quoted_and_misplaced_placeholders_are_errors() {
         "[[activity]]\nid = \"s-{v}\"\nfor = { v = [\"x; touch pwned\", \"7\"] }\nscript = \"echo {v} > out; {v:raw}\"\n",
     )
     .unwrap();
-    let text = |n: usize| match &graph.nodes[n].spec.program {
-        executors::shell::Program::Script { text, .. } => text.clone(),
+    let text = |n: usize| match graph.spec(n).program {
+        executors::shell::Program::Script { text, .. } => text,
         other => panic!("{other:?}"),
     };
     assert_eq!(text(0), "echo 'x; touch pwned' > out; x; touch pwned");
@@ -437,11 +449,11 @@ outputs = ["part-{i}"]
 "#,
     )
     .unwrap();
-    let index = |id: &str| graph.nodes.iter().position(|n| n.id == id).unwrap();
-    assert_eq!(graph.get("b").unwrap().after, [index("a")]);
-    assert!(graph.get("a").unwrap().after.is_empty());
+    let index = |id: &str| node(&graph, id);
+    assert_eq!(after(&graph, "b"), [index("a")]);
+    assert!(after(&graph, "a").is_empty());
     // `sub/../part-2` is `part-2`.
-    assert_eq!(graph.get("c-2").unwrap().after, [index("part-2")]);
+    assert_eq!(after(&graph, "c-2"), [index("part-2")]);
     let order = graph.topological_order();
     let at = |id: &str| order.iter().position(|&n| n == index(id)).unwrap();
     assert!(at("a") < at("b") && at("part-1") < at("c-1"), "{order:?}");
@@ -499,8 +511,8 @@ inputs = ["data/1.out", "data/100000.out"]
 "#;
     let started = std::time::Instant::now();
     let graph = parse(text).unwrap();
-    assert_eq!(graph.get("r").unwrap().after.len(), 100_000);
-    assert_eq!(graph.get("r-7").unwrap().after, [6]);
+    assert_eq!(after(&graph, "r").len(), 100_000);
+    assert_eq!(after(&graph, "r-7"), [6]);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(60),
         "{:?}",

@@ -86,22 +86,22 @@ fn the_graph_sweeps_each_step_over_the_pairs_and_runs_end_to_end() {
     // The same work: loaded as `constellation run` loads it, the sweeps
     // expand to exactly the activities of one entry per activity.
     let graph = graph::Graph::load(&graph_file).unwrap_or_else(|e| panic!("{e}\n{file}"));
-    let ids: BTreeSet<String> = graph.nodes.iter().map(|n| n.id.clone()).collect();
-    assert_eq!(ids.len(), graph.nodes.len());
+    let ids: BTreeSet<String> = (0..graph.len()).map(|n| graph.id(n).to_string()).collect();
+    assert_eq!(ids.len(), graph.len());
     assert_eq!(ids, expected_ids(&manifest));
-    let kinds: BTreeSet<&str> = graph.nodes.iter().map(|n| n.kind.as_str()).collect();
+    let kinds: BTreeSet<&str> = (0..graph.len()).map(|n| graph.kind(n)).collect();
     assert_eq!(kinds, BTreeSet::from(TEMPLATES));
-    let id_of = |n: usize| graph.nodes[n].id.as_str();
-    for node in &graph.nodes {
-        let after: BTreeSet<&str> = node.after.iter().map(|&n| id_of(n)).collect();
-        if let Some(pair) = node.id.strip_suffix("-recombine") {
+    for n in 0..graph.len() {
+        let id = graph.id(n);
+        let after: BTreeSet<&str> = graph.dependencies(n).map(|d| graph.id(d)).collect();
+        if let Some(pair) = id.strip_suffix("-recombine") {
             let tiles: BTreeSet<&str> = (ids.iter())
                 .filter(|id| id.starts_with(&format!("{pair}-compare-")))
                 .map(String::as_str)
                 .collect();
-            assert_eq!(after, tiles, "{}", node.id);
+            assert_eq!(after, tiles, "{id}");
         }
-        if let Some((pair, _)) = node.id.split_once("-compare-") {
+        if let Some((pair, _)) = id.split_once("-compare-") {
             assert_eq!(after, BTreeSet::from([format!("{pair}-split").as_str()]));
         }
     }

@@ -8,7 +8,7 @@ use constellation::core::MatchTable;
 use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ExecutorContext, Pool};
 use executors::probe::Hardware;
-use graph::{Graph, COORDINATOR_LABEL};
+use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL};
 
 use super::RunArgs;
 
@@ -97,6 +97,23 @@ pub(super) fn join_pool(
     }
 }
 
+/// The released work that no executor in `offered` can run, per
+/// context, e.g. `[("gpu", 12)]`: it waits until someone offers those
+/// labels. One still running on an executor relabelled since it started
+/// counts too, until it ends. One match per distinct context.
+pub(super) fn unoffered(
+    graph: &Graph,
+    released: &ReleasedCounts,
+    offered: &[ExecutorContext],
+) -> Vec<(String, usize)> {
+    let table = MatchTable::new(offered);
+    (graph.contexts().iter().enumerate())
+        .map(|(k, context)| (context, released.released(k)))
+        .filter(|&(context, count)| count > 0 && table.executors_for(context).next().is_none())
+        .map(|(context, count)| (context.to_string(), count))
+        .collect()
+}
+
 /// Members of the pool that run work: not the pool node, not runners.
 pub(super) fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
     (node.members().into_iter()).filter(|member| {
@@ -145,36 +162,40 @@ pub(super) fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorCo
 }
 
 /// Refuses a graph with activities no executor of this pool can ever run:
-/// on a local pool they would wait forever.
+/// on a local pool they would wait forever. One match per distinct
+/// context, then a pass over the nodes only if some context has none.
 pub(super) fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
     let table = MatchTable::new(executors);
+    let unmatched_context: Vec<bool> = (graph.contexts().iter())
+        .map(|context| table.executors_for(context).next().is_none())
+        .collect();
+    if !unmatched_context.contains(&true) {
+        return Ok(());
+    }
     // Like every other graph error: `file:line:column: ...`, at the context.
-    let unmatched: Vec<String> = (graph.nodes.iter().enumerate())
-        .filter(|(_, node)| table.executors_for(&node.spec.context).next().is_none())
-        .map(|(n, node)| {
+    let mut unmatched = (0..graph.len()).filter(|&n| unmatched_context[graph.context_of(n)]);
+    let shown: Vec<String> = (unmatched.by_ref().take(10))
+        .map(|n| {
             format!(
                 "{}: {} needs [{}], which no executor offers",
                 graph.place(n),
-                node.id,
-                node.spec.context
+                graph.id(n),
+                graph.context(n)
             )
         })
         .collect();
-    if unmatched.is_empty() {
-        return Ok(());
-    }
+    let more = unmatched.count();
     let offered: Vec<String> = executors.iter().map(|e| format!("  [{e}]")).collect();
-    let shown = unmatched.len().min(10);
     bail!(
         "{}{}\n{} activities can run on no executor of this pool; the executors offer:\n{}\n\
          add executors with --context or --add-executors, or retarget with --relabel or --context-file",
-        unmatched[..shown].join("\n"),
-        if unmatched.len() > shown {
-            format!("\n... and {} more", unmatched.len() - shown)
+        shown.join("\n"),
+        if more > 0 {
+            format!("\n... and {more} more")
         } else {
             String::new()
         },
-        unmatched.len(),
+        shown.len() + more,
         offered.join("\n")
     )
 }

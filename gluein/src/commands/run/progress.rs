@@ -1,6 +1,5 @@
 //! Progress while a graph runs, and the summary at its end.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -17,8 +16,11 @@ pub(super) struct Tally {
     pub(super) failed: usize,
     pub(super) cancelled: usize,
     pub(super) retried: usize,
-    /// Per kind: durations of successful runs.
-    pub(super) durations: BTreeMap<String, Vec<f64>>,
+    /// Per kind (an index into [`Graph::kinds`]): durations of
+    /// successful runs, summarised in a bounded space.
+    pub(super) durations: Vec<Option<Durations>>,
+    /// The kinds' names, for the table.
+    kinds: Vec<String>,
     /// Failure messages, in the order they happened.
     pub(super) failures: Vec<String>,
     /// Released work no executor offers to run, per context, when last
@@ -29,13 +31,14 @@ pub(super) struct Tally {
 impl Tally {
     pub(super) fn new(graph: &Graph, skipped: usize) -> Tally {
         Tally {
-            total: graph.nodes.len(),
+            total: graph.len(),
             skipped,
             done: 0,
             failed: 0,
             cancelled: 0,
             retried: 0,
-            durations: BTreeMap::new(),
+            durations: vec![None; graph.kinds().len()],
+            kinds: graph.kinds().to_vec(),
             failures: Vec::new(),
             unoffered: Vec::new(),
         }
@@ -46,7 +49,7 @@ impl Tally {
     }
 
     pub(super) fn count(&mut self, graph: &Graph, report: &NodeReport) {
-        let node = &graph.nodes[report.node()];
+        let n = report.node();
         match report {
             NodeReport::Finished { result, .. } => {
                 if result.attempts > 1 {
@@ -54,13 +57,12 @@ impl Tally {
                 }
                 if result.is_success() {
                     self.done += 1;
-                    self.durations
-                        .entry(node.kind.clone())
-                        .or_default()
-                        .push(result.duration.as_secs_f64());
+                    self.durations[graph.kind_of(n)]
+                        .get_or_insert_with(Durations::default)
+                        .add(result.duration.as_secs_f64());
                 } else {
                     self.failed += 1;
-                    self.failures.push(failure_text(&node.id, result));
+                    self.failures.push(failure_text(graph.id(n), result));
                 }
             }
             NodeReport::Cancelled { .. } => self.cancelled += 1,
@@ -68,8 +70,8 @@ impl Tally {
                 self.failed += 1;
                 self.failures.push(format!(
                     "{}: not run ({}): {reason}",
-                    node.id,
-                    graph.place(report.node())
+                    graph.id(n),
+                    graph.place(n)
                 ));
             }
         }
@@ -106,11 +108,15 @@ impl Tally {
             }
             out.push('\n');
         }
-        if !self.durations.is_empty() {
-            let width = self
-                .durations
-                .keys()
-                .map(String::len)
+        // In the order of the kinds' names.
+        let mut rows: Vec<(&str, &Durations)> = (self.kinds.iter().zip(&self.durations))
+            .filter_map(|(kind, durations)| Some((kind.as_str(), durations.as_ref()?)))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        if !rows.is_empty() {
+            let width = rows
+                .iter()
+                .map(|(kind, _)| kind.len())
                 .max()
                 .unwrap_or(4)
                 .max(4);
@@ -118,15 +124,13 @@ impl Tally {
                 "\n{:width$}  {:>7}  {:>9}  {:>9}  {:>9}\n",
                 "kind", "done", "min s", "median s", "max s"
             ));
-            for (kind, times) in &self.durations {
-                let mut sorted = times.clone();
-                sorted.sort_by(f64::total_cmp);
+            for (kind, durations) in rows {
                 out.push_str(&format!(
                     "{kind:width$}  {:>7}  {:>9.3}  {:>9.3}  {:>9.3}\n",
-                    sorted.len(),
-                    sorted[0],
-                    sorted[sorted.len() / 2],
-                    sorted[sorted.len() - 1]
+                    durations.count,
+                    durations.min,
+                    durations.median(),
+                    durations.max
                 ));
             }
         }
@@ -140,6 +144,65 @@ impl Tally {
             ));
         }
         out
+    }
+}
+
+/// Durations of one kind's successful runs in a fixed space, however many
+/// run: the count, the shortest and the longest exactly, and the median
+/// estimated from a uniform sample of at most [`Durations::SAMPLE`] of them
+/// (reservoir sampling, Vitter's algorithm R). Up to that many runs the
+/// median is exact; beyond, it is the sample's median, typically within a
+/// few percentiles of the true one.
+#[derive(Debug, Clone)]
+pub(super) struct Durations {
+    pub(super) count: u64,
+    pub(super) min: f64,
+    pub(super) max: f64,
+    sample: Vec<f64>,
+    /// State of the generator that picks which durations the sample keeps.
+    random: u64,
+}
+
+impl Default for Durations {
+    fn default() -> Self {
+        Durations {
+            count: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            sample: Vec::new(),
+            random: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+}
+
+impl Durations {
+    /// Durations kept for the median.
+    pub(super) const SAMPLE: usize = 1024;
+
+    pub(super) fn add(&mut self, seconds: f64) {
+        self.count += 1;
+        self.min = self.min.min(seconds);
+        self.max = self.max.max(seconds);
+        if self.sample.len() < Self::SAMPLE {
+            self.sample.push(seconds);
+            return;
+        }
+        // The n-th duration replaces a kept one with probability SAMPLE/n.
+        // xorshift64: good enough to pick slots, and needs no dependency.
+        self.random ^= self.random << 13;
+        self.random ^= self.random >> 7;
+        self.random ^= self.random << 17;
+        let slot = self.random % self.count;
+        if (slot as usize) < Self::SAMPLE {
+            self.sample[slot as usize] = seconds;
+        }
+    }
+
+    /// The median of the sample (exact up to [`Self::SAMPLE`] runs).
+    pub(super) fn median(&self) -> f64 {
+        let mut sorted = self.sample.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
     }
 }
 
@@ -272,4 +335,36 @@ pub(super) fn unoffered_text(unoffered: &[(String, usize)]) -> String {
         "{total} waiting for labels no executor offers: {}",
         each.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Durations;
+
+    /// The summary stays the same size however many runs it takes in, and
+    /// its figures stay right: exact count, min and max, a median near the
+    /// true one.
+    #[test]
+    fn durations_are_summarised_in_bounded_space() {
+        let mut durations = Durations::default();
+        // 0.000 .. 0.999 s, each 100 times, in a scrambled order.
+        for k in 0..100_000u64 {
+            durations.add(((k * 7_919) % 1_000) as f64 / 1_000.0);
+        }
+        assert_eq!(durations.count, 100_000);
+        assert_eq!(durations.sample.len(), Durations::SAMPLE);
+        assert_eq!(durations.min, 0.0);
+        assert_eq!(durations.max, 0.999);
+        let median = durations.median();
+        assert!((0.4..=0.6).contains(&median), "{median}");
+        // Few runs: exact.
+        let mut few = Durations::default();
+        for s in [3.0, 1.0, 2.0] {
+            few.add(s);
+        }
+        assert_eq!(
+            (few.count, few.min, few.median(), few.max),
+            (3, 1.0, 2.0, 3.0)
+        );
+    }
 }
