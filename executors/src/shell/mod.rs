@@ -12,9 +12,11 @@
 //!   so nothing it started in the background outlives the activity.
 //! - Output goes to `stdout` and `stderr` files in a directory per activity
 //!   (the default, under [`default_output_dir`]), to a few [`stream`] files
-//!   shared by many commands, to memory up to a limit, or nowhere. A file the command wrote nothing to is removed when it ends
+//!   shared by many commands, to memory up to a limit, or nowhere. A file
+//!   the command wrote nothing to is removed when it ends
 //!   ([`Output::Empty`]), and so is the activity's directory if that leaves
-//!   it empty: commands that print nothing leave no files.
+//!   it empty: commands that print nothing leave no files, and write no
+//!   stream records.
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
 //! - The command sees the executor's resources as environment variables,
 //!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
