@@ -539,6 +539,10 @@ thread_local! {
     static WRITERS: RefCell<Vec<StreamWriter>> = const { RefCell::new(Vec::new()) };
 }
 
+/// How many stream files (of different directories) one executor thread
+/// keeps open at most; the least recently used is closed first.
+const OPEN_PER_THREAD: usize = 4;
+
 /// Numbers this process's stream files apart.
 static NEXT_FILE: AtomicU64 = AtomicU64::new(1);
 
@@ -547,7 +551,7 @@ impl StreamWriter {
     fn for_dir(dir: &Path) -> io::Result<StreamWriter> {
         let kept = WRITERS.with_borrow_mut(|writers| {
             let found = writers.iter().position(|w| w.dir == dir);
-            found.map(|at| writers.swap_remove(at))
+            found.map(|at| writers.remove(at))
         });
         match kept {
             Some(writer) => Ok(writer),
@@ -582,9 +586,16 @@ impl StreamWriter {
         }
     }
 
-    /// Gives the writer back to this thread, for its next attempt.
+    /// Gives the writer back to this thread, for its next attempt. An
+    /// agent that serves run after run keeps only the files of the last
+    /// few directories open.
     fn keep(self) {
-        WRITERS.with_borrow_mut(|writers| writers.push(self));
+        WRITERS.with_borrow_mut(|writers| {
+            writers.push(self);
+            if writers.len() > OPEN_PER_THREAD {
+                writers.remove(0);
+            }
+        });
     }
 }
 
@@ -1036,6 +1047,32 @@ mod tests {
         }
         assert_eq!(stream_files(&dir).len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_thread_keeps_the_files_of_its_last_few_directories_open() {
+        let root = scratch("directories");
+        let dirs = root.clone();
+        // A thread of its own: the test thread's files stay out of it.
+        std::thread::spawn(move || {
+            let write = |d: usize| {
+                let dir = dirs.join(d.to_string());
+                let (out, _) = attempt(&dir, "a", 1, &[(Channel::Stdout, b"x")]);
+                place(&out).file
+            };
+            let first = write(0);
+            assert_eq!(write(0), first, "the same file while it is open");
+            for d in 1..=OPEN_PER_THREAD {
+                write(d);
+            }
+            // Directory 0 was the least recently used: its file was closed.
+            assert_ne!(write(0), first);
+            assert_eq!(WRITERS.with_borrow(Vec::len), OPEN_PER_THREAD);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(stream_files(&root.join("0")).len(), 2);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
