@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use journal::{
-    ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, NewRun,
+    ActivityDecl, ActivityState, ActivityUpdate, ExecutorRow, Journal, NewAttempt, NewRun,
     RunStatus,
 };
 
@@ -67,11 +67,11 @@ fn journal_of(path: &Path, attempts: usize, executors: i64, step: f64, duration:
     let run = journal
         .begin_run(&NewRun {
             graph_path: "sweep.toml".into(),
-            graph_spec: "{}".into(),
             graph_hash: "0".into(),
             host: "node1".into(),
             command_line: "constellation run sweep.toml".into(),
             output_dir: "out".into(),
+            sources: vec![("sweep.toml".into(), "# a sweep".into())],
         })
         .expect("begin the run");
     let t0 = journal.runs().expect("runs")[0].started;
@@ -85,28 +85,29 @@ fn journal_of(path: &Path, attempts: usize, executors: i64, step: f64, duration:
         .collect();
     journal.record_executors(run, &rows).expect("executors");
     let ids: Vec<String> = (0..attempts).map(|i| format!("step-{i}")).collect();
-    let declarations: Vec<ActivityDecl> = ids
-        .iter()
-        .map(|id| ActivityDecl {
-            id: id.clone(),
-            kind: "step-{i}".into(),
-            spec_hash: "h".into(),
-            context: "cpu".into(),
-            after: vec![],
-            rerun: true,
-        })
-        .collect();
-    journal.declare(run, &declarations).expect("declare");
-    let updates: Vec<ActivityUpdate> = (ids.iter().enumerate())
-        .map(|(i, id)| {
+    let declarations = ids.iter().map(|id| ActivityDecl {
+        id,
+        kind: 0,
+        context: 0,
+        spec_hash: 1,
+        rerun: true,
+    });
+    let keys = journal
+        .declare(
+            run,
+            &["step-{i}".to_string()],
+            &["cpu".to_string()],
+            declarations,
+        )
+        .expect("declare");
+    let updates: Vec<ActivityUpdate> = (keys.iter().enumerate())
+        .map(|(i, &activity)| {
             let started = t0 + i as f64 * step;
             ActivityUpdate {
-                id: id.clone(),
+                activity,
                 state: ActivityState::Done,
                 message: None,
-                attempts: vec![AttemptRow {
-                    run,
-                    activity: id.clone(),
+                attempts: vec![NewAttempt {
                     attempt: 1,
                     node: "node1".into(),
                     executor: i as i64 % executors,
@@ -122,6 +123,7 @@ fn journal_of(path: &Path, attempts: usize, executors: i64, step: f64, duration:
                     stderr: None,
                     stdout_bytes: None,
                     stderr_bytes: None,
+                    stream: None,
                 }],
             }
         })

@@ -1,12 +1,13 @@
 //! The report over journals written with the journal crate's own API.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use gluein::report::{
     kind_colors, plot, plot_with_options, PlotOptions, Report, ReportError, WallEnd,
 };
 use journal::{
-    ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, NewRun,
+    ActivityDecl, ActivityState, ActivityUpdate, ExecutorRow, Journal, NewAttempt, NewRun,
     RunStatus,
 };
 
@@ -21,23 +22,78 @@ fn scratch(name: &str) -> PathBuf {
 fn new_run() -> NewRun {
     NewRun {
         graph_path: "pipeline.toml".into(),
-        graph_spec: "{}".into(),
         graph_hash: "abc123".into(),
         host: "fs0".into(),
         command_line: "constellation run pipeline.toml".into(),
         output_dir: "out".into(),
+        sources: vec![("pipeline.toml".into(), "# the graph".into())],
     }
 }
 
-fn decl(id: &str, kind: &str) -> ActivityDecl {
-    ActivityDecl {
+/// An activity to declare, by id and kind.
+struct Decl {
+    id: String,
+    kind: String,
+}
+
+fn decl(id: &str, kind: &str) -> Decl {
+    Decl {
         id: id.into(),
         kind: kind.into(),
-        spec_hash: "h".into(),
-        context: "anywhere".into(),
-        after: vec![],
-        rerun: true,
     }
+}
+
+/// What happened to an activity, named by id.
+struct Update {
+    id: String,
+    state: ActivityState,
+    attempts: Vec<NewAttempt>,
+}
+
+/// Declares `decls` with their kinds in `graph_order` first, then in the
+/// order the declarations name them; returns the activities' numbers by id.
+fn declare(
+    journal: &mut Journal,
+    run: i64,
+    graph_order: &[&str],
+    decls: &[Decl],
+) -> HashMap<String, i64> {
+    let mut kinds: Vec<String> = graph_order.iter().map(|k| k.to_string()).collect();
+    for d in decls {
+        if !kinds.contains(&d.kind) {
+            kinds.push(d.kind.clone());
+        }
+    }
+    let activities = decls.iter().map(|d| ActivityDecl {
+        id: &d.id,
+        kind: kinds.iter().position(|k| *k == d.kind).unwrap_or(0),
+        context: 0,
+        spec_hash: 1,
+        rerun: true,
+    });
+    let keys = journal
+        .declare(run, &kinds, &["anywhere".to_string()], activities)
+        .expect("declare");
+    decls.iter().map(|d| d.id.clone()).zip(keys).collect()
+}
+
+/// Records `updates`, whose activities `keys` numbers.
+fn record(journal: &mut Journal, run: i64, keys: &HashMap<String, i64>, updates: Vec<Update>) {
+    let updates: Vec<ActivityUpdate> = (updates.into_iter())
+        .map(|u| ActivityUpdate {
+            activity: keys[&u.id],
+            state: u.state,
+            message: None,
+            attempts: u.attempts,
+        })
+        .collect();
+    journal.record(run, &updates).expect("record");
+}
+
+/// Declares and records in one go, as most tests here do.
+fn write(journal: &mut Journal, run: i64, decls: &[Decl], updates: Vec<Update>) {
+    let keys = declare(journal, run, &[], decls);
+    record(journal, run, &keys, updates);
 }
 
 fn executor(node: &str, index: i64, labels: &str, cores: i64) -> ExecutorRow {
@@ -60,10 +116,8 @@ struct Try<'a> {
     cpu: Option<f64>,
 }
 
-fn attempt(t0: f64, activity: &str, t: &Try<'_>) -> AttemptRow {
-    AttemptRow {
-        run: 0,
-        activity: activity.into(),
+fn attempt(t0: f64, t: &Try<'_>) -> NewAttempt {
+    NewAttempt {
         attempt: t.attempt,
         node: t.node.into(),
         executor: t.executor,
@@ -79,15 +133,15 @@ fn attempt(t0: f64, activity: &str, t: &Try<'_>) -> AttemptRow {
         stderr: None,
         stdout_bytes: None,
         stderr_bytes: None,
+        stream: None,
     }
 }
 
-fn update(t0: f64, id: &str, state: ActivityState, tries: &[Try<'_>]) -> ActivityUpdate {
-    ActivityUpdate {
+fn update(t0: f64, id: &str, state: ActivityState, tries: &[Try<'_>]) -> Update {
+    Update {
         id: id.into(),
         state,
-        message: None,
-        attempts: tries.iter().map(|t| attempt(t0, id, t)).collect(),
+        attempts: tries.iter().map(|t| attempt(t0, t)).collect(),
     }
 }
 
@@ -120,55 +174,55 @@ fn small_run(dir: &Path, end: bool) -> (Journal, f64) {
             ],
         )
         .expect("executors");
-    journal
-        .declare(
-            run,
-            &[
-                decl("sim-1", "sim-{i}"),
-                decl("sim-2", "sim-{i}"),
-                decl("sim-3", "sim-{i}"),
-                decl("sim-4", "sim-{i}"),
-                decl("render-a", "render-{x}"),
-                decl("render-b", "render-{x}"),
-            ],
-        )
-        .expect("declare");
+    let keys = declare(
+        &mut journal,
+        run,
+        &[],
+        &[
+            decl("sim-1", "sim-{i}"),
+            decl("sim-2", "sim-{i}"),
+            decl("sim-3", "sim-{i}"),
+            decl("sim-4", "sim-{i}"),
+            decl("render-a", "render-{x}"),
+            decl("render-b", "render-{x}"),
+        ],
+    );
     let done = ActivityState::Done;
-    journal
-        .record(
-            run,
-            &[
-                update(
-                    t0,
-                    "sim-1",
-                    done,
-                    &[Try {
-                        cpu: Some(20.0),
-                        ..try_on("n1", 0, 0.0, 10.0)
-                    }],
-                ),
-                update(
-                    t0,
-                    "sim-2",
-                    done,
-                    &[
-                        Try {
-                            exit: 1,
-                            ..try_on("n1", 1, 0.0, 4.0)
-                        },
-                        Try {
-                            attempt: 2,
-                            cpu: Some(6.0),
-                            ..try_on("n1", 1, 5.0, 11.0)
-                        },
-                    ],
-                ),
-                update(t0, "sim-3", done, &[try_on("n1", 0, 10.0, 16.0)]),
-                update(t0, "render-a", done, &[try_on("n2", 0, 2.0, 8.0)]),
-                update(t0, "render-b", done, &[try_on("n2", 0, 8.0, 20.0)]),
-            ],
-        )
-        .expect("record");
+    record(
+        &mut journal,
+        run,
+        &keys,
+        vec![
+            update(
+                t0,
+                "sim-1",
+                done,
+                &[Try {
+                    cpu: Some(20.0),
+                    ..try_on("n1", 0, 0.0, 10.0)
+                }],
+            ),
+            update(
+                t0,
+                "sim-2",
+                done,
+                &[
+                    Try {
+                        exit: 1,
+                        ..try_on("n1", 1, 0.0, 4.0)
+                    },
+                    Try {
+                        attempt: 2,
+                        cpu: Some(6.0),
+                        ..try_on("n1", 1, 5.0, 11.0)
+                    },
+                ],
+            ),
+            update(t0, "sim-3", done, &[try_on("n1", 0, 10.0, 16.0)]),
+            update(t0, "render-a", done, &[try_on("n2", 0, 2.0, 8.0)]),
+            update(t0, "render-b", done, &[try_on("n2", 0, 8.0, 20.0)]),
+        ],
+    );
     if end {
         journal.end_run(run, RunStatus::Succeeded).expect("end");
     }
@@ -267,18 +321,17 @@ fn attempts_on_executors_the_run_did_not_list_still_count() {
     let mut journal = Journal::create(&dir.join("run.db")).expect("create");
     let run = journal.begin_run(&new_run()).expect("begin");
     let t0 = journal.runs().expect("runs")[0].started;
-    journal.declare(run, &[decl("x", "x")]).expect("declare");
-    journal
-        .record(
-            run,
-            &[update(
-                t0,
-                "x",
-                ActivityState::Done,
-                &[try_on("m", 3, 0.0, 2.0)],
-            )],
-        )
-        .expect("record");
+    write(
+        &mut journal,
+        run,
+        &[decl("x", "x")],
+        vec![update(
+            t0,
+            "x",
+            ActivityState::Done,
+            &[try_on("m", 3, 0.0, 2.0)],
+        )],
+    );
     let report = Report::from_journal_with_bins(&journal, None, 2).expect("report");
     assert_eq!(report.executors.len(), 1);
     assert!(!report.executors[0].listed);
@@ -318,18 +371,17 @@ fn a_corrupt_attempt_is_an_error_not_a_panic() {
     let dir = scratch("corrupt");
     let mut journal = Journal::create(&dir.join("run.db")).expect("create");
     let run = journal.begin_run(&new_run()).expect("begin");
-    journal.declare(run, &[decl("x", "x")]).expect("declare");
-    journal
-        .record(
-            run,
-            &[update(
-                100.0,
-                "x",
-                ActivityState::Done,
-                &[try_on("m", 0, 5.0, 2.0)],
-            )],
-        )
-        .expect("record");
+    write(
+        &mut journal,
+        run,
+        &[decl("x", "x")],
+        vec![update(
+            100.0,
+            "x",
+            ActivityState::Done,
+            &[try_on("m", 0, 5.0, 2.0)],
+        )],
+    );
     let error = Report::from_journal(&journal, None).expect_err("corrupt");
     assert!(matches!(error, ReportError::Corrupt { .. }));
     assert!(
@@ -437,8 +489,7 @@ fn a_realistic_sample_plots() {
             updates.push(update);
         }
     }
-    journal.declare(run, &decls).expect("declare");
-    journal.record(run, &updates).expect("record");
+    write(&mut journal, run, &decls, updates);
     journal.end_run(run, RunStatus::Succeeded).expect("end");
 
     let report = Report::from_journal(&journal, None).expect("report");
@@ -505,8 +556,7 @@ fn a_large_run_plots_with_a_capped_legend() {
             t += length + 0.5;
         }
     }
-    journal.declare(run, &decls).expect("declare");
-    journal.record(run, &updates).expect("record");
+    write(&mut journal, run, &decls, updates);
     let report = Report::from_journal(&journal, None).expect("report");
     assert_eq!(report.executors.len(), 48);
     assert_eq!(report.kinds.len(), 15);
@@ -531,15 +581,12 @@ const SUPERNOVA_KINDS: [&str; 9] = [
 /// A run with one executor per kind (all labelled `cpu`, so one lane),
 /// each running `attempts` back-to-back attempts of its kind lasting
 /// `seconds` (kind index + 1 seconds when `None`), the executors starting
-/// 0.1 s apart in the order given. `graph` is the run's recorded graph.
-fn run_of_kinds(dir: &Path, kinds: &[&str], graph: &str, attempts: usize) -> Report {
+/// 0.1 s apart in the order given. `graph` is the graph's order of kinds
+/// (the order the runner declares them in); kinds it leaves out follow in
+/// the order given.
+fn run_of_kinds(dir: &Path, kinds: &[&str], graph: &[&str], attempts: usize) -> Report {
     let mut journal = Journal::create(&dir.join("run.db")).expect("create");
-    let run = journal
-        .begin_run(&NewRun {
-            graph_spec: graph.into(),
-            ..new_run()
-        })
-        .expect("begin");
+    let run = journal.begin_run(&new_run()).expect("begin");
     let t0 = journal.runs().expect("runs")[0].started;
     let executors: Vec<ExecutorRow> = (0..kinds.len())
         .map(|i| executor("n1", i as i64, "cpu,anywhere", 1))
@@ -563,19 +610,10 @@ fn run_of_kinds(dir: &Path, kinds: &[&str], graph: &str, attempts: usize) -> Rep
             ));
         }
     }
-    journal.declare(run, &decls).expect("declare");
-    journal.record(run, &updates).expect("record");
+    let keys = declare(&mut journal, run, graph, &decls);
+    record(&mut journal, run, &keys, updates);
     journal.end_run(run, RunStatus::Succeeded).expect("end");
     Report::from_journal(&journal, None).expect("report")
-}
-
-/// The recorded graph `constellation run` keeps, with one activity per kind.
-fn graph_of(kinds: &[&str]) -> String {
-    let activities: Vec<serde_json::Value> = kinds
-        .iter()
-        .map(|kind| serde_json::json!({ "id": kind, "kind": kind }))
-        .collect();
-    serde_json::json!({ "activities": activities }).to_string()
 }
 
 /// Each kind's colour in `report`, by name.
@@ -702,7 +740,7 @@ fn kinds_keep_their_colour_across_runs_and_are_clearly_distinct() {
     // colours at least 16 ΔE00 apart; the old one gave 1-prepare and
     // 7.3-recombine two teals 10.2 apart.
     let dir = scratch("colors-supernova");
-    let supernova = run_of_kinds(&dir, &SUPERNOVA_KINDS, "", 2);
+    let supernova = run_of_kinds(&dir, &SUPERNOVA_KINDS, &[], 2);
     let colors = colors_by_kind(&supernova);
     let (distance, pair) = closest_colors(&colors);
     assert!(distance >= 16.0, "ΔE00 {distance:.1} between {pair}");
@@ -726,7 +764,7 @@ fn kinds_keep_their_colour_across_runs_and_are_clearly_distinct() {
         "1-prepare",
         "9-cleanup",
     ];
-    let other = run_of_kinds(&dir, &other_kinds, &graph_of(&other_kinds), 3);
+    let other = run_of_kinds(&dir, &other_kinds, &other_kinds, 3);
     let other_colors = colors_by_kind(&other);
     for (kind, color) in &other_colors {
         if let Some((_, first)) = colors.iter().find(|(k, _)| k == kind) {
@@ -740,7 +778,7 @@ fn kinds_keep_their_colour_across_runs_and_are_clearly_distinct() {
     let dir = scratch("colors-many");
     let names: Vec<String> = (0..18).map(|i| format!("step{i}-{{x}}")).collect();
     let many: Vec<&str> = names.iter().map(String::as_str).collect();
-    let report = run_of_kinds(&dir, &many, "", 1);
+    let report = run_of_kinds(&dir, &many, &[], 1);
     let (distance, pair) = closest_colors(&colors_by_kind(&report));
     assert!(distance >= 16.0, "ΔE00 {distance:.1} between {pair}");
 
@@ -748,7 +786,7 @@ fn kinds_keep_their_colour_across_runs_and_are_clearly_distinct() {
     let dir = scratch("colors-too-many");
     let names: Vec<String> = (0..19).map(|i| format!("step{i}-{{x}}")).collect();
     let too_many: Vec<&str> = names.iter().map(String::as_str).collect();
-    let report = run_of_kinds(&dir, &too_many, "", 1);
+    let report = run_of_kinds(&dir, &too_many, &[], 1);
     let grey: Vec<&str> = (report.kinds.iter().zip(kind_colors(&report)))
         .filter(|(_, c)| c.is_none())
         .map(|(k, _)| k.kind.as_str())
@@ -762,8 +800,7 @@ fn legends_follow_graph_order() {
     // kind's attempts last longer the later it comes in `kinds`).
     let kinds = ["zeta", "alpha", "mid"];
     let dir = scratch("legend-graph");
-    let graph = graph_of(&["mid", "zeta", "alpha"]);
-    let report = run_of_kinds(&dir, &kinds, &graph, 1);
+    let report = run_of_kinds(&dir, &kinds, &["mid", "zeta", "alpha"], 1);
     let order = |report: &Report| -> Vec<String> {
         report
             .kinds_in_graph_order()
@@ -778,10 +815,10 @@ fn legends_follow_graph_order() {
     let at = |kind: &str| legend_entry(&svg, &format!("{kind} (1)")).expect(kind);
     assert!(at("mid") < at("zeta") && at("zeta") < at("alpha"), "{svg}");
 
-    // Without a recorded graph (simulated runs), kinds come in the order of
-    // their first attempt: zeta's executor starts first.
+    // Kinds the writer declares without a graph order (simulated runs)
+    // come in the order it declared them: here the order given.
     let dir = scratch("legend-attempts");
-    let report = run_of_kinds(&dir, &kinds, "", 1);
+    let report = run_of_kinds(&dir, &kinds, &[], 1);
     assert_eq!(order(&report), ["zeta", "alpha", "mid"]);
 }
 
@@ -834,7 +871,7 @@ script = "sleep 0.4"
 #[test]
 fn the_lanes_panel_is_left_out_when_it_would_repeat_utilization() {
     let dir = scratch("one-lane");
-    let report = run_of_kinds(&dir, &["a", "b"], "", 2);
+    let report = run_of_kinds(&dir, &["a", "b"], &[], 2);
     assert_eq!(report.lanes.len(), 1);
     let svg_path = dir.join("plot.svg");
     plot(&report, &svg_path).expect("svg");
@@ -901,8 +938,7 @@ fn big_run(dir: &Path, attempts: usize) -> Journal {
             ));
             free[slot] += length;
         }
-        journal.declare(run, &decls).expect("declare");
-        journal.record(run, &updates).expect("record");
+        write(&mut journal, run, &decls, updates);
         done += batch;
     }
     journal.end_run(run, RunStatus::Succeeded).expect("end");
@@ -922,7 +958,7 @@ fn plot_both(report: &Report, dir: &Path, options: PlotOptions) -> String {
 #[test]
 fn a_run_over_the_bar_limit_is_drawn_as_an_aggregate() {
     let dir = scratch("aggregate");
-    let report = run_of_kinds(&dir, &SUPERNOVA_KINDS, "", 100);
+    let report = run_of_kinds(&dir, &SUPERNOVA_KINDS, &[], 100);
     assert_eq!(report.bars.len(), 900);
 
     let one_by_one = plot_both(&report, &dir, PlotOptions::default());
@@ -1000,4 +1036,142 @@ fn a_million_attempts_plot_as_an_aggregate() {
     // The journal takes a quarter of a gigabyte.
     drop(journal);
     let _ = std::fs::remove_file(dir.join("run.db"));
+}
+
+/// A sweep of 100,000 activities as a runner journals it, written
+/// straight through the journal's API (`declare` once, `record` in
+/// batches of 1,000): activity n's one attempt fails where n % 1000 is 1,
+/// it fails once and succeeds on a retry where n % 1000 is 501, and the
+/// last 100 never run (50 cancelled, 50 left pending). Two kinds, the
+/// first 60,000 activities `sim-{n}` and the rest `render-{n}`, on 8
+/// executors of two nodes.
+fn hundred_thousand_run(path: &Path) {
+    const COUNT: usize = 100_000;
+    let mut journal = Journal::create(path).expect("create");
+    let run = journal.begin_run(&new_run()).expect("begin");
+    let t0 = journal.runs().expect("runs")[0].started;
+    let executors: Vec<ExecutorRow> = (0..8)
+        .map(|i| executor(&format!("node{}", i / 4), i % 4, "cpu,anywhere", 1))
+        .collect();
+    journal
+        .record_executors(run, &executors)
+        .expect("executors");
+    let ids: Vec<String> = (0..COUNT)
+        .map(|n| match n < 60_000 {
+            true => format!("sim-{n}"),
+            false => format!("render-{n}"),
+        })
+        .collect();
+    let kinds = ["sim-{n}".to_string(), "render-{n}".to_string()];
+    let activities = ids.iter().enumerate().map(|(n, id)| ActivityDecl {
+        id,
+        kind: usize::from(n >= 60_000),
+        context: 0,
+        spec_hash: n as u64,
+        rerun: true,
+    });
+    let keys = journal
+        .declare(run, &kinds, &["anywhere".to_string()], activities)
+        .expect("declare");
+    assert_eq!(keys.len(), COUNT);
+    let mut free = [0.0f64; 8];
+    let mut updates = Vec::new();
+    for (n, &activity) in keys.iter().enumerate() {
+        let slot = n % 8;
+        let e = &executors[slot];
+        let mut attempt = |exit: i64, number: i64| {
+            let start = free[slot];
+            free[slot] += 0.002;
+            NewAttempt {
+                cpu_seconds: Some(0.001),
+                ..attempt(
+                    t0,
+                    &Try {
+                        attempt: number,
+                        exit,
+                        ..try_on(&e.node, e.executor, start, start + 0.0015)
+                    },
+                )
+            }
+        };
+        let (state, attempts) = if n >= COUNT - 50 {
+            (ActivityState::Pending, None)
+        } else if n >= COUNT - 100 {
+            (ActivityState::Cancelled, Some(vec![]))
+        } else if n % 1000 == 1 {
+            (ActivityState::Failed, Some(vec![attempt(1, 1)]))
+        } else if n % 1000 == 501 {
+            (
+                ActivityState::Done,
+                Some(vec![attempt(1, 1), attempt(0, 2)]),
+            )
+        } else {
+            (ActivityState::Done, Some(vec![attempt(0, 1)]))
+        };
+        if let Some(attempts) = attempts {
+            updates.push(ActivityUpdate {
+                activity,
+                state,
+                message: None,
+                attempts,
+            });
+        }
+        if updates.len() == 1_000 {
+            journal
+                .record(run, &std::mem::take(&mut updates))
+                .expect("record");
+        }
+    }
+    journal.record(run, &updates).expect("record");
+    journal.end_run(run, RunStatus::Failed).expect("end");
+}
+
+/// The words of the report's line that starts with `start`.
+fn line_words(report: &str, start: &str) -> Vec<String> {
+    let line = (report.lines())
+        .find(|l| l.trim_start().starts_with(start))
+        .unwrap_or_else(|| panic!("no line {start:?} in\n{report}"));
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// `constellation report` on a journal of 100,000 activities prints the
+/// counts of every attempt and state. (Version 1 read every activity's row
+/// and the expanded graph to make it; version 2 counts states in SQLite
+/// and reads attempts as numbers.)
+#[test]
+fn the_report_of_a_hundred_thousand_activities_counts_them_all() {
+    let dir = scratch("hundred-thousand");
+    hundred_thousand_run(&dir.join("run.db"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_constellation"))
+        .current_dir(&dir)
+        .args(["report", "run.db"])
+        .output()
+        .expect("run constellation report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "attempts in run 1: 100000 on 99900 activities, 200 failed, \
+             100 retries (attempts after the first)"
+        ),
+        "{text}"
+    );
+    // done, failed, cancelled, pending, total
+    let states = ["99800", "100", "50", "50", "100000"];
+    assert_eq!(
+        line_words(&text, "last set by run 1")[5..],
+        states,
+        "{text}"
+    );
+    assert_eq!(line_words(&text, "whole journal")[2..], states, "{text}");
+    assert!(text.contains("executors  8 (8 cpu) with 8 cores"), "{text}");
+    // Attempts by kind, failed ones included: sim has 60 retries.
+    let sim = line_words(&text, "sim-{n}");
+    assert_eq!(sim[1], "60060", "{text}");
+    let render = line_words(&text, "render-{n}");
+    assert_eq!(render[1], "39940", "{text}");
 }

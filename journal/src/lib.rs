@@ -1061,47 +1061,27 @@ impl Journal {
     /// the activity's id and the executor's node, index and labels.
     pub fn attempts(&self, run: Option<i64>) -> Result<Vec<AttemptRow>, JournalError> {
         self.sql(|c| {
-            let mut query = c.prepare(
-                "SELECT t.run, a.id, t.attempt, e.node, e.executor, e.labels, t.started, t.ended,
-                        t.outcome, t.exit_code, t.signal, t.message, t.cpu_seconds, t.stdout,
-                        t.stderr, t.stdout_bytes, t.stderr_bytes, t.stream, t.stream_offset,
-                        t.stream_length
-                 FROM attempts t
-                 JOIN activities a ON a.activity = t.activity
-                 JOIN executors e ON e.slot = t.slot
-                 WHERE ?1 IS NULL OR t.run = ?1
-                 ORDER BY t.started, a.id, t.attempt",
-            )?;
-            let rows = query.query_map([run], |row| {
-                let file: Option<String> = row.get(17)?;
-                Ok(AttemptRow {
-                    run: row.get(0)?,
-                    activity: row.get(1)?,
-                    attempt: row.get(2)?,
-                    node: row.get(3)?,
-                    executor: row.get(4)?,
-                    labels: row.get(5)?,
-                    started: row.get(6)?,
-                    ended: row.get(7)?,
-                    outcome: row.get(8)?,
-                    exit_code: row.get(9)?,
-                    signal: row.get(10)?,
-                    message: row.get(11)?,
-                    cpu_seconds: row.get(12)?,
-                    stdout: row.get(13)?,
-                    stderr: row.get(14)?,
-                    stdout_bytes: row.get(15)?,
-                    stderr_bytes: row.get(16)?,
-                    stream: match file {
-                        Some(file) => Some(StreamPlace {
-                            file,
-                            offset: row.get::<_, Option<i64>>(18)?.unwrap_or(0),
-                            length: row.get::<_, Option<i64>>(19)?.unwrap_or(0),
-                        }),
-                        None => None,
-                    },
-                })
-            })?;
+            let mut query = c.prepare(&format!(
+                "{ATTEMPT_ROWS} WHERE ?1 IS NULL OR t.run = ?1 ORDER BY t.started, a.id, t.attempt"
+            ))?;
+            let rows = query.query_map([run], attempt_row)?;
+            rows.collect()
+        })
+    }
+
+    /// The attempts of the activity with graph id `id`, in every run, by
+    /// run then attempt; none if the journal has no such activity.
+    pub fn attempts_of(&self, id: &str) -> Result<Vec<AttemptRow>, JournalError> {
+        self.sql(|c| {
+            // `run IN` lets SQLite look the attempts up by their key, run
+            // by run, instead of reading every attempt of every run.
+            let mut query = c.prepare(&format!(
+                "{ATTEMPT_ROWS}
+                 WHERE t.run IN (SELECT run FROM runs)
+                   AND t.activity = (SELECT activity FROM activities WHERE id = ?1)
+                 ORDER BY t.run, t.attempt"
+            ))?;
+            let rows = query.query_map([id], attempt_row)?;
             rows.collect()
         })
     }
@@ -1158,6 +1138,48 @@ impl Journal {
         tx.commit().map_err(error)?;
         Ok(result)
     }
+}
+
+/// The columns of an [`AttemptRow`], names joined in, for [`attempt_row`].
+const ATTEMPT_ROWS: &str = "
+    SELECT t.run, a.id, t.attempt, e.node, e.executor, e.labels, t.started, t.ended,
+           t.outcome, t.exit_code, t.signal, t.message, t.cpu_seconds, t.stdout,
+           t.stderr, t.stdout_bytes, t.stderr_bytes, t.stream, t.stream_offset,
+           t.stream_length
+    FROM attempts t
+    JOIN activities a ON a.activity = t.activity
+    JOIN executors e ON e.slot = t.slot";
+
+/// The row of [`ATTEMPT_ROWS`] as an [`AttemptRow`].
+fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptRow> {
+    let file: Option<String> = row.get(17)?;
+    Ok(AttemptRow {
+        run: row.get(0)?,
+        activity: row.get(1)?,
+        attempt: row.get(2)?,
+        node: row.get(3)?,
+        executor: row.get(4)?,
+        labels: row.get(5)?,
+        started: row.get(6)?,
+        ended: row.get(7)?,
+        outcome: row.get(8)?,
+        exit_code: row.get(9)?,
+        signal: row.get(10)?,
+        message: row.get(11)?,
+        cpu_seconds: row.get(12)?,
+        stdout: row.get(13)?,
+        stderr: row.get(14)?,
+        stdout_bytes: row.get(15)?,
+        stderr_bytes: row.get(16)?,
+        stream: match file {
+            Some(file) => Some(StreamPlace {
+                file,
+                offset: row.get::<_, Option<i64>>(18)?.unwrap_or(0),
+                length: row.get::<_, Option<i64>>(19)?.unwrap_or(0),
+            }),
+            None => None,
+        },
+    })
 }
 
 /// The numbers of `names` in the two-column `table` (`key` and the unique

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::Path;
 
 use journal::{
-    ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, NewRun,
+    ActivityDecl, ActivityState, ActivityUpdate, ExecutorRow, Journal, NewAttempt, NewRun,
     RunStatus,
 };
 
@@ -43,11 +43,11 @@ impl RunJournal {
         let mut journal = Journal::create(path)?;
         let run = journal.begin_run(&NewRun {
             graph_path: description.to_string(),
-            graph_spec: String::new(),
             graph_hash: String::new(),
             host: host.clone(),
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
             output_dir: String::new(),
+            sources: Vec::new(),
         })?;
         Ok(RunJournal { journal, run, host })
     }
@@ -72,21 +72,18 @@ impl RunJournal {
             .collect();
         self.journal.record_executors(run, &executors)?;
         let timings = activities(record, version);
-        let declared: Vec<ActivityDecl> = timings
-            .iter()
-            .map(|t| ActivityDecl {
-                id: t.id.clone(),
-                kind: t.kind.clone(),
-                spec_hash: String::new(),
-                context: t.labels.clone(),
-                after: Vec::new(),
-                rerun: true,
-            })
-            .collect();
-        self.journal.declare(run, &declared)?;
-        let updates: Vec<ActivityUpdate> = timings
-            .iter()
-            .map(|t| update(run, t, &host, &record.executors))
+        let kinds = distinct(timings.iter().map(|t| t.kind.as_str()));
+        let contexts = distinct(timings.iter().map(|t| t.labels.as_str()));
+        let declared = timings.iter().map(|t| ActivityDecl {
+            id: &t.id,
+            kind: kinds.binary_search(&t.kind).unwrap_or(0),
+            context: contexts.binary_search(&t.labels).unwrap_or(0),
+            spec_hash: 0,
+            rerun: true,
+        });
+        let keys = self.journal.declare(run, &kinds, &contexts, declared)?;
+        let updates: Vec<ActivityUpdate> = (timings.iter().zip(keys))
+            .map(|(t, key)| update(key, t, &host, &record.executors))
             .collect();
         self.journal.record(run, &updates)?;
         let failed = record.outcomes.iter().any(|o| o.result.is_err());
@@ -101,8 +98,16 @@ impl RunJournal {
     }
 }
 
+/// The distinct `names`, sorted (steps carry their kind and labels as text).
+fn distinct<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut names: Vec<String> = names.map(str::to_string).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 fn update(
-    run: i64,
+    activity: i64,
     t: &StepTiming,
     host: &str,
     executors: &[crate::run::ExecutorInfo],
@@ -118,16 +123,14 @@ fn update(
     };
     let ok = t.error.is_none();
     ActivityUpdate {
-        id: t.id.clone(),
+        activity,
         state: if ok {
             ActivityState::Done
         } else {
             ActivityState::Failed
         },
         message: t.error.clone(),
-        attempts: vec![AttemptRow {
-            run,
-            activity: t.id.clone(),
+        attempts: vec![NewAttempt {
             attempt: 1,
             node: host.to_string(),
             executor: executor as i64,
@@ -143,6 +146,7 @@ fn update(
             stderr: None,
             stdout_bytes: None,
             stderr_bytes: None,
+            stream: None,
         }],
     }
 }

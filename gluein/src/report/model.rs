@@ -1,8 +1,9 @@
 //! The report's figures, computed from a journal's rows.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
 
-use journal::{ActivityRow, ActivityState, AttemptRow, ExecutorRow, Journal, RunRow};
+use journal::{ActivityState, AttemptFacts, ExecutorSlot, Journal, RunRow, StateCount};
 use serde::Serialize;
 
 use super::bins::{mean, median, Bins};
@@ -114,12 +115,12 @@ impl StateTally {
         self.done + self.failed + self.cancelled + self.pending
     }
 
-    fn add(&mut self, state: ActivityState) {
+    fn add(&mut self, state: ActivityState, count: usize) {
         match state {
-            ActivityState::Done => self.done += 1,
-            ActivityState::Failed => self.failed += 1,
-            ActivityState::Cancelled => self.cancelled += 1,
-            ActivityState::Pending => self.pending += 1,
+            ActivityState::Done => self.done += count,
+            ActivityState::Failed => self.failed += count,
+            ActivityState::Cancelled => self.cancelled += count,
+            ActivityState::Pending => self.pending += count,
         }
     }
 }
@@ -215,10 +216,8 @@ pub struct KindStats {
     /// The graph entry's id template, e.g. `detect-{pair}`.
     pub kind: String,
     /// Where the kind comes in graph order, 0 first: the order in which the
-    /// run's recorded graph first names each kind, so that legends read
-    /// like the graph file. Kinds the recorded graph does not name (journals
-    /// written without one, such as simulated runs) follow it, in the order
-    /// of their first attempt's start.
+    /// journal's graphs first declared each kind (the graph file's order),
+    /// so that legends read like the graph file.
     pub graph_order: usize,
     /// Attempts of this kind.
     pub attempts: usize,
@@ -255,7 +254,7 @@ pub struct Bar {
     pub failed: bool,
 }
 
-/// The kind of attempts whose activity the journal does not list.
+/// The kind of attempts whose activity's kind the journal does not list.
 const UNKNOWN_KIND: &str = "(unknown kind)";
 
 /// The lane of executors with no labels at all.
@@ -269,6 +268,10 @@ impl Report {
     }
 
     /// Like [`Report::from_journal`], with `bins` time bins (at least one).
+    ///
+    /// Reads the run's attempts once, as numbers (executor, kind) with
+    /// the activity's id, and counts activity states in SQLite: a million
+    /// attempts take seconds and a few tens of bytes each besides their bars.
     pub fn from_journal_with_bins(
         journal: &Journal,
         run: Option<i64>,
@@ -291,18 +294,48 @@ impl Report {
                     })?
             }
         };
-        let executors = journal.executors(chosen.run)?;
-        let activities = journal.activities()?;
-        let attempts = journal.attempts(Some(chosen.run))?;
-        let numbers: Vec<i64> = runs.iter().map(|r| r.run).collect();
-        let graph = journal.graph_spec(chosen.run)?.unwrap_or_default();
-        let rows = Rows {
-            executors: &executors,
-            activities: &activities,
-            attempts: &attempts,
-            graph_kinds: &graph_kinds(&graph),
+        let corrupt = |detail| ReportError::Corrupt {
+            path: path.clone(),
+            detail,
         };
-        build(chosen, &numbers, &rows, bins).map_err(|detail| ReportError::Corrupt { path, detail })
+        let slots = journal.executor_slots(chosen.run)?;
+        let kinds = journal.kinds()?;
+        let states = journal.state_counts()?;
+        check(chosen, &slots).map_err(corrupt)?;
+        let mut executors = Executors::new(&slots);
+        let kind_index: HashMap<i64, usize> = (kinds.iter().enumerate())
+            .map(|(i, k)| (k.kind, i))
+            .collect();
+        let mut attempts = Vec::new();
+        let mut bad = None;
+        journal.scan_attempts(chosen.run, |a| {
+            match Attempt::read(&a, &executors, &kind_index) {
+                Ok(attempt) => {
+                    attempts.push(attempt);
+                    ControlFlow::Continue(())
+                }
+                Err(detail) => {
+                    bad = Some(detail);
+                    ControlFlow::Break(())
+                }
+            }
+        })?;
+        if let Some(detail) = bad {
+            return Err(corrupt(detail));
+        }
+        executors.drop_unused(&mut attempts);
+        let numbers: Vec<i64> = runs.iter().map(|r| r.run).collect();
+        let kind_names: Vec<&str> = kinds.iter().map(|k| k.name.as_str()).collect();
+        build(
+            chosen,
+            &numbers,
+            executors.summaries,
+            &kind_names,
+            &states,
+            attempts,
+            bins,
+        )
+        .map_err(corrupt)
     }
 
     /// Indices into [`Report::kinds`] in graph order (see
@@ -314,79 +347,31 @@ impl Report {
     }
 }
 
-/// The kinds of a recorded graph (the JSON `constellation run` keeps in the
-/// journal: `{"activities": [{"kind": ...}, ...]}`) in the order the graph
-/// first names them. A graph that is missing or in another shape gives
-/// none: the order then falls back to the attempts', which is no reason to
-/// refuse the report.
-fn graph_kinds(spec: &str) -> Vec<String> {
-    let Ok(graph) = serde_json::from_str::<serde_json::Value>(spec) else {
-        return Vec::new();
-    };
-    let Some(activities) = graph.get("activities").and_then(|a| a.as_array()) else {
-        return Vec::new();
-    };
-    let mut seen = HashSet::new();
-    activities
-        .iter()
-        .filter_map(|a| a.get("kind").and_then(|k| k.as_str()))
-        .filter(|kind| seen.insert(*kind))
-        .map(str::to_string)
-        .collect()
+/// One attempt as the report keeps it while it reads them all: numbers for
+/// its executor and kind, and its activity's id for its bar.
+struct Attempt {
+    activity: i64,
+    id: String,
+    attempt: i64,
+    /// Index into the executor summaries.
+    executor: usize,
+    /// Index into the journal's kinds; `None` for a kind it lacks.
+    kind: Option<usize>,
+    started: f64,
+    ended: f64,
+    failed: bool,
+    cpu_seconds: Option<f64>,
 }
 
-/// The journal rows one report is computed from.
-pub(crate) struct Rows<'a> {
-    /// The run's executors.
-    pub(crate) executors: &'a [ExecutorRow],
-    /// Every activity of the journal.
-    pub(crate) activities: &'a [ActivityRow],
-    /// The run's attempts, in start order.
-    pub(crate) attempts: &'a [AttemptRow],
-    /// The kinds of the run's recorded graph, in graph order.
-    pub(crate) graph_kinds: &'a [String],
-}
-
-/// "run 1" or "runs 1, 2, 3", for the error that names a missing run.
-fn describe_runs(runs: &[RunRow]) -> String {
-    let numbers: Vec<String> = runs.iter().map(|r| r.run.to_string()).collect();
-    match numbers.len() {
-        0 => "no runs".to_string(),
-        1 => format!("only run {}", numbers[0]),
-        _ => format!("runs {}", numbers.join(", ")),
-    }
-}
-
-fn attempt_failed(a: &AttemptRow) -> bool {
-    !(a.outcome == "exited" && a.exit_code == Some(0))
-}
-
-fn first_label(labels: &str) -> String {
-    labels
-        .split(',')
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or(NO_LABEL)
-        .to_string()
-}
-
-/// Checks the rows for values no runner writes, so that the arithmetic
-/// below never sees NaN or negative lengths.
-fn check(run: &RunRow, executors: &[ExecutorRow], attempts: &[AttemptRow]) -> Result<(), String> {
-    if !run.started.is_finite() {
-        return Err(format!("run {} has start time {}", run.run, run.started));
-    }
-    if let Some(ended) = run.ended.filter(|e| !e.is_finite()) {
-        return Err(format!("run {} has end time {ended}", run.run));
-    }
-    if let Some(e) = executors.iter().find(|e| e.cores < 0) {
-        return Err(format!(
-            "executor {}/{} of run {} has {} cores",
-            e.node, e.executor, run.run, e.cores
-        ));
-    }
-    for a in attempts {
-        let name = || format!("attempt {} of activity {:?}", a.attempt, a.activity);
+impl Attempt {
+    /// The attempt of `a`, checked for values no runner writes, so that the
+    /// arithmetic below never sees NaN or negative lengths.
+    fn read(
+        a: &AttemptFacts<'_>,
+        executors: &Executors,
+        kinds: &HashMap<i64, usize>,
+    ) -> Result<Attempt, String> {
+        let name = || format!("attempt {} of activity {:?}", a.attempt, a.id);
         if !a.started.is_finite() || !a.ended.is_finite() {
             return Err(format!("{} has times {} to {}", name(), a.started, a.ended));
         }
@@ -400,26 +385,167 @@ fn check(run: &RunRow, executors: &[ExecutorRow], attempts: &[AttemptRow]) -> Re
         if let Some(cpu) = a.cpu_seconds.filter(|c| !c.is_finite() || *c < 0.0) {
             return Err(format!("{} has {cpu} CPU seconds", name()));
         }
+        let executor = (executors.by_slot.get(&a.slot).copied())
+            .ok_or_else(|| format!("{} ran on an unknown executor", name()))?;
+        Ok(Attempt {
+            activity: a.activity,
+            id: a.id.to_string(),
+            attempt: a.attempt,
+            executor,
+            kind: kinds.get(&a.kind).copied(),
+            started: a.started,
+            ended: a.ended,
+            failed: !(a.outcome == "exited" && a.exit_code == Some(0)),
+            cpu_seconds: a.cpu_seconds,
+        })
+    }
+}
+
+/// The run's executors as the report lists them: the ones the run listed,
+/// by node then index, with the ones only attempts name (an executor that
+/// changed labels is still one executor), and which summary each journal
+/// slot counts for.
+struct Executors {
+    summaries: Vec<ExecutorSummary>,
+    by_slot: HashMap<i64, usize>,
+}
+
+impl Executors {
+    fn new(slots: &[ExecutorSlot]) -> Executors {
+        // Listed ones first, so that an attempt's own labels do not
+        // replace the labels the run listed for the executor.
+        let mut ordered: Vec<&ExecutorSlot> = slots.iter().collect();
+        ordered.sort_by_key(|s| (s.cores.is_none(), s.slot));
+        let mut summaries: Vec<ExecutorSummary> = Vec::new();
+        let mut index: HashMap<(&str, i64), usize> = HashMap::new();
+        let mut slot_summary = Vec::new();
+        for s in ordered {
+            let at = *index.entry((&s.node, s.executor)).or_insert_with(|| {
+                summaries.push(ExecutorSummary {
+                    node: s.node.clone(),
+                    executor: s.executor,
+                    labels: s.labels.clone(),
+                    lane: first_label(&s.labels),
+                    cores: s.cores,
+                    listed: s.cores.is_some(),
+                    attempts: 0,
+                    busy_seconds: 0.0,
+                });
+                summaries.len() - 1
+            });
+            slot_summary.push((s.slot, at));
+        }
+        // Rows of the Gantt chart go by node, then executor index as a number.
+        let mut order: Vec<usize> = (0..summaries.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&summaries[a], &summaries[b]);
+            (&a.node, a.executor).cmp(&(&b.node, b.executor))
+        });
+        let mut rank = vec![0; summaries.len()];
+        for (position, &i) in order.iter().enumerate() {
+            rank[i] = position;
+        }
+        let mut sorted: Vec<Option<ExecutorSummary>> = vec![None; summaries.len()];
+        for (i, summary) in summaries.into_iter().enumerate() {
+            sorted[rank[i]] = Some(summary);
+        }
+        Executors {
+            summaries: sorted.into_iter().flatten().collect(),
+            by_slot: (slot_summary.into_iter())
+                .map(|(slot, at)| (slot, rank[at]))
+                .collect(),
+        }
+    }
+
+    /// Drops executors that are neither listed nor ran an attempt (an
+    /// executor row can outlive an attempt rewritten on another), and
+    /// renumbers the attempts' executors to match.
+    fn drop_unused(&mut self, attempts: &mut [Attempt]) {
+        let mut used = vec![false; self.summaries.len()];
+        for a in attempts.iter() {
+            used[a.executor] = true;
+        }
+        let mut renumber = vec![0; self.summaries.len()];
+        let mut kept = 0;
+        for (i, summary) in self.summaries.iter().enumerate() {
+            renumber[i] = kept;
+            kept += usize::from(summary.listed || used[i]);
+        }
+        if kept == self.summaries.len() {
+            return;
+        }
+        let mut i = 0;
+        self.summaries.retain(|summary| {
+            let keep = summary.listed || used[i];
+            i += 1;
+            keep
+        });
+        for a in attempts.iter_mut() {
+            a.executor = renumber[a.executor];
+        }
+    }
+}
+
+/// "run 1" or "runs 1, 2, 3", for the error that names a missing run.
+fn describe_runs(runs: &[RunRow]) -> String {
+    let numbers: Vec<String> = runs.iter().map(|r| r.run.to_string()).collect();
+    match numbers.len() {
+        0 => "no runs".to_string(),
+        1 => format!("only run {}", numbers[0]),
+        _ => format!("runs {}", numbers.join(", ")),
+    }
+}
+
+fn first_label(labels: &str) -> String {
+    labels
+        .split(',')
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or(NO_LABEL)
+        .to_string()
+}
+
+/// Checks the run and its executors for values no runner writes.
+fn check(run: &RunRow, slots: &[ExecutorSlot]) -> Result<(), String> {
+    if !run.started.is_finite() {
+        return Err(format!("run {} has start time {}", run.run, run.started));
+    }
+    if let Some(ended) = run.ended.filter(|e| !e.is_finite()) {
+        return Err(format!("run {} has end time {ended}", run.run));
+    }
+    if let Some(e) = slots.iter().find(|e| e.cores.is_some_and(|c| c < 0)) {
+        return Err(format!(
+            "executor {}/{} of run {} has {} cores",
+            e.node,
+            e.executor,
+            run.run,
+            e.cores.unwrap_or_default()
+        ));
     }
     Ok(())
 }
 
-/// Computes the report from the journal's rows; the error is a description
-/// of a corrupt row.
-pub(crate) fn build(
+/// Per kind, what its attempts came to.
+#[derive(Default)]
+struct KindTotals {
+    durations: Vec<f64>,
+    failed: usize,
+    cpu_seconds: Option<f64>,
+}
+
+/// Computes the report from the run's rows: `executors` as
+/// [`Executors`] lists them, the journal's `kinds` in graph order, its
+/// activity `states` and the run's checked `attempts` (in any order). The
+/// error describes a row no run could have written.
+fn build(
     run: &RunRow,
     runs_in_journal: &[i64],
-    rows: &Rows<'_>,
+    mut executors: Vec<ExecutorSummary>,
+    kinds: &[&str],
+    states: &[StateCount],
+    mut attempts: Vec<Attempt>,
     bins: usize,
 ) -> Result<Report, String> {
-    let Rows {
-        executors: executor_rows,
-        activities,
-        attempts,
-        graph_kinds,
-    } = *rows;
-    check(run, executor_rows, attempts)?;
-
     let first_start = attempts.iter().map(|a| a.started).reduce(f64::min);
     let last_end = attempts.iter().map(|a| a.ended).reduce(f64::max);
     let (wall_seconds, wall_end) = match (run.ended, last_end) {
@@ -448,167 +574,119 @@ pub(crate) fn build(
         ));
     }
 
-    let mut executors: Vec<ExecutorSummary> = executor_rows
-        .iter()
-        .map(|e| ExecutorSummary {
-            node: e.node.clone(),
-            executor: e.executor,
-            labels: e.labels.clone(),
-            lane: first_label(&e.labels),
-            cores: Some(e.cores),
-            listed: true,
-            attempts: 0,
-            busy_seconds: 0.0,
-        })
-        .collect();
-    let mut seen: HashSet<(String, i64)> = executors
-        .iter()
-        .map(|e| (e.node.clone(), e.executor))
-        .collect();
-    for a in attempts {
-        if seen.insert((a.node.clone(), a.executor)) {
-            executors.push(ExecutorSummary {
-                node: a.node.clone(),
-                executor: a.executor,
-                labels: a.labels.clone(),
-                lane: first_label(&a.labels),
-                cores: None,
-                listed: false,
-                attempts: 0,
-                busy_seconds: 0.0,
-            });
-        }
-    }
-    // Rows of the Gantt chart go by node, then executor index as a number.
-    executors.sort_by(|a, b| (&a.node, a.executor).cmp(&(&b.node, b.executor)));
-    let index: HashMap<(String, i64), usize> = executors
-        .iter()
-        .enumerate()
-        .map(|(i, e)| ((e.node.clone(), e.executor), i))
-        .collect();
-
-    let kind_of: HashMap<&str, &str> = activities
-        .iter()
-        .map(|a| (a.id.as_str(), a.kind.as_str()))
+    // Lanes by first label, each executor's lane by number.
+    let mut lane_labels: Vec<String> = executors.iter().map(|e| e.lane.clone()).collect();
+    lane_labels.sort();
+    lane_labels.dedup();
+    let lane_of: Vec<usize> = (executors.iter())
+        .map(|e| lane_labels.binary_search(&e.lane).unwrap_or(0))
         .collect();
 
     let mut all_busy = Bins::new(span, bins);
     let mut cpu = Bins::new(span, bins);
-    let mut lane_busy: BTreeMap<String, Bins> = BTreeMap::new();
+    let mut lane_busy: Vec<Option<Bins>> = (0..lane_labels.len()).map(|_| None).collect();
     let mut counts = AttemptCounts::default();
-    let mut attempted: HashSet<&str> = HashSet::new();
-    let mut per_kind: BTreeMap<&str, (Vec<f64>, usize, Option<f64>)> = BTreeMap::new();
-    let mut bars = Vec::with_capacity(attempts.len());
-    let mut bar_kinds = Vec::with_capacity(attempts.len());
+    // Kinds by index into `kinds`, and one more for kinds it lacks.
+    let mut per_kind: Vec<KindTotals> = (0..=kinds.len()).map(|_| KindTotals::default()).collect();
+    let mut activities: Vec<i64> = Vec::with_capacity(attempts.len());
 
-    for a in attempts {
+    for a in &attempts {
         let (start, stop) = (a.started - origin, a.ended - origin);
-        let failed = attempt_failed(a);
-        let slot = index
-            .get(&(a.node.clone(), a.executor))
-            .copied()
-            .ok_or_else(|| format!("attempt of {:?} on an unknown executor", a.activity))?;
-        let executor = &mut executors[slot];
+        let executor = &mut executors[a.executor];
         executor.attempts += 1;
         executor.busy_seconds += stop - start;
         all_busy.cover(start, stop);
-        lane_busy
-            .entry(executor.lane.clone())
-            .or_insert_with(|| Bins::new(span, bins))
+        lane_busy[lane_of[a.executor]]
+            .get_or_insert_with(|| Bins::new(span, bins))
             .cover(start, stop);
         if let Some(seconds) = a.cpu_seconds {
             cpu.spread(start, stop, seconds);
             counts.with_cpu_seconds += 1;
         }
-
         counts.total += 1;
-        counts.failed += usize::from(failed);
+        counts.failed += usize::from(a.failed);
         counts.retries += usize::from(a.attempt > 1);
-        attempted.insert(a.activity.as_str());
+        activities.push(a.activity);
 
-        let kind = kind_of
-            .get(a.activity.as_str())
-            .copied()
-            .unwrap_or(UNKNOWN_KIND);
-        let entry = per_kind.entry(kind).or_insert((Vec::new(), 0, None));
-        entry.0.push(stop - start);
-        entry.1 += usize::from(failed);
+        let totals = &mut per_kind[a.kind.unwrap_or(kinds.len())];
+        totals.durations.push(stop - start);
+        totals.failed += usize::from(a.failed);
         if let Some(seconds) = a.cpu_seconds {
-            entry.2 = Some(entry.2.unwrap_or(0.0) + seconds);
+            totals.cpu_seconds = Some(totals.cpu_seconds.unwrap_or(0.0) + seconds);
         }
-        bar_kinds.push(kind);
-        bars.push(Bar {
-            executor: slot,
-            kind: 0,
-            activity: a.activity.clone(),
-            attempt: a.attempt,
-            start,
-            end: stop,
-            failed,
-        });
     }
-    counts.activities = attempted.len();
+    activities.sort_unstable();
+    activities.dedup();
+    counts.activities = activities.len();
+    drop(activities);
 
-    // Graph order: the recorded graph's, then first attempts' (attempts
-    // come in start order); ranks are made dense over the kinds attempted.
-    let mut position: HashMap<&str, usize> = HashMap::new();
-    for kind in graph_kinds
-        .iter()
-        .map(String::as_str)
-        .chain(bar_kinds.iter().copied())
-    {
-        let next = position.len();
-        position.entry(kind).or_insert(next);
-    }
-    let mut by_position: Vec<&str> = per_kind.keys().copied().collect();
-    by_position.sort_by_key(|kind| position.get(kind).copied().unwrap_or(usize::MAX));
-    let graph_order: HashMap<&str, usize> = by_position
-        .iter()
-        .enumerate()
-        .map(|(rank, kind)| (*kind, rank))
-        .collect();
-
-    let mut kinds: Vec<KindStats> = per_kind
-        .into_iter()
-        .map(|(kind, (mut durations, failed, cpu_seconds))| {
-            let total = durations.iter().sum();
-            let median = median(&mut durations).unwrap_or(0.0);
+    // Graph order: the journal's kinds are numbered in the order graphs
+    // declared them; ranks are made dense over the kinds attempted.
+    let name = |k: usize| kinds.get(k).copied().unwrap_or(UNKNOWN_KIND);
+    let mut stats: Vec<(usize, KindStats)> = Vec::new();
+    for (k, mut totals) in per_kind.into_iter().enumerate() {
+        if totals.durations.is_empty() {
+            continue;
+        }
+        let total = totals.durations.iter().sum();
+        let median = median(&mut totals.durations).unwrap_or(0.0);
+        stats.push((
+            k,
             KindStats {
-                kind: kind.to_string(),
-                graph_order: graph_order.get(kind).copied().unwrap_or(0),
-                attempts: durations.len(),
-                failed,
-                min: durations.first().copied().unwrap_or(0.0),
+                kind: name(k).to_string(),
+                graph_order: stats.len(),
+                attempts: totals.durations.len(),
+                failed: totals.failed,
+                min: totals.durations.first().copied().unwrap_or(0.0),
                 median,
-                max: durations.last().copied().unwrap_or(0.0),
+                max: totals.durations.last().copied().unwrap_or(0.0),
                 total,
-                cpu_seconds,
-            }
-        })
-        .collect();
-    kinds.sort_by(|a, b| {
+                cpu_seconds: totals.cpu_seconds,
+            },
+        ));
+    }
+    stats.sort_by(|(_, a), (_, b)| {
         b.total
             .total_cmp(&a.total)
             .then_with(|| a.kind.cmp(&b.kind))
     });
-    let kind_index: HashMap<&str, usize> = kinds
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (k.kind.as_str(), i))
-        .collect();
-    for (bar, kind) in bars.iter_mut().zip(bar_kinds) {
-        bar.kind = kind_index.get(kind).copied().unwrap_or(0);
+    let mut kind_position = vec![0; kinds.len() + 1];
+    for (position, (k, _)) in stats.iter().enumerate() {
+        kind_position[*k] = position;
     }
+    let kind_stats: Vec<KindStats> = stats.into_iter().map(|(_, s)| s).collect();
+
+    // Bars in start order, as the Gantt chart and the JSON list them.
+    attempts.sort_by(|a, b| {
+        (a.started.total_cmp(&b.started))
+            .then_with(|| a.id.cmp(&b.id))
+            .then_with(|| a.attempt.cmp(&b.attempt))
+    });
+    let bars: Vec<Bar> = (attempts.into_iter())
+        .map(|a| Bar {
+            executor: a.executor,
+            kind: kind_position[a.kind.unwrap_or(kinds.len())],
+            start: a.started - origin,
+            end: a.ended - origin,
+            activity: a.id,
+            attempt: a.attempt,
+            failed: a.failed,
+        })
+        .collect();
 
     let executors_busy = all_busy.fractions(executors.len() as f64);
     let cores: i64 = executors.iter().filter_map(|e| e.cores).sum();
     let cores_busy =
         (counts.with_cpu_seconds > 0 && cores > 0).then(|| cpu.fractions(cores as f64));
-    let mut lanes: Vec<Lane> = lane_busy
-        .into_iter()
-        .map(|(label, bins)| {
-            let size = executors.iter().filter(|e| e.lane == label).count();
-            let busy = bins.fractions(size as f64);
+    // Groups that ran nothing still get a (flat) lane: idle capacity is news.
+    let mut lanes: Vec<Lane> = (lane_labels.into_iter().zip(lane_busy))
+        .enumerate()
+        .map(|(i, (label, bins))| {
+            let size = lane_of.iter().filter(|&&l| l == i).count();
+            let busy = match bins {
+                Some(bins) => bins.fractions(size as f64),
+                None => vec![0.0; executors_busy.len()],
+            };
             Lane {
                 mean_busy: mean(&busy),
                 label,
@@ -617,29 +695,18 @@ pub(crate) fn build(
             }
         })
         .collect();
-    // Groups that ran nothing still get a (flat) lane: idle capacity is news.
-    for e in &executors {
-        if !lanes.iter().any(|l| l.label == e.lane) {
-            let size = executors.iter().filter(|x| x.lane == e.lane).count();
-            lanes.push(Lane {
-                label: e.lane.clone(),
-                executors: size,
-                busy: vec![0.0; executors_busy.len()],
-                mean_busy: 0.0,
-            });
-        }
-    }
     lanes.sort_by(|a, b| {
         b.executors
             .cmp(&a.executors)
             .then_with(|| a.label.cmp(&b.label))
     });
 
-    let mut states = StateCounts::default();
-    for activity in activities {
-        states.journal.add(activity.state);
-        if activity.run == run.run {
-            states.set_by_run.add(activity.state);
+    let mut state_counts = StateCounts::default();
+    for count in states {
+        let n = count.count as usize;
+        state_counts.journal.add(count.state, n);
+        if count.run == run.run {
+            state_counts.set_by_run.add(count.state, n);
         }
     }
 
@@ -659,7 +726,7 @@ pub(crate) fn build(
         },
         runs_in_journal: runs_in_journal.to_vec(),
         attempts: counts,
-        states,
+        states: state_counts,
         executors,
         timeline: Timeline {
             origin,
@@ -672,7 +739,7 @@ pub(crate) fn build(
             cores,
         },
         lanes,
-        kinds,
+        kinds: kind_stats,
         bars,
     })
 }

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use constellation::sim::{AttemptEnd, SimReport};
 use constellation::ActivityId;
 use journal::{
-    ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, ExecutorRow, Journal, JournalError,
+    ActivityDecl, ActivityState, ActivityUpdate, ExecutorRow, Journal, JournalError, NewAttempt,
     NewRun, RunStatus,
 };
 
@@ -29,11 +29,11 @@ pub fn write(report: &SimReport, path: &Path, description: &str) -> Result<(), J
     let mut journal = Journal::create(path)?;
     let run = journal.begin_run(&NewRun {
         graph_path: format!("simulated: {description}"),
-        graph_spec: String::new(),
         graph_hash: String::new(),
         host: "simulator".into(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: String::new(),
+        sources: Vec::new(),
     })?;
     let executors: Vec<ExecutorRow> = (report.executors.iter())
         .map(|e| ExecutorRow {
@@ -48,16 +48,14 @@ pub fn write(report: &SimReport, path: &Path, description: &str) -> Result<(), J
         .map(|e| ((e.node, e.index), e.labels.as_str()))
         .collect();
     let start = journal::unix_seconds(SystemTime::now());
-    let mut attempts: BTreeMap<String, (u32, u32, Vec<AttemptRow>)> = BTreeMap::new();
+    let mut attempts: BTreeMap<String, (u32, u32, Vec<NewAttempt>)> = BTreeMap::new();
     for record in &report.records {
         let id = activity_name(record.activity);
         let entry = attempts
             .entry(id.clone())
             .or_insert_with(|| (record.kind, record.contexts, Vec::new()));
         let completed = record.outcome == AttemptEnd::Completed;
-        entry.2.push(AttemptRow {
-            run,
-            activity: id,
+        entry.2.push(NewAttempt {
             attempt: i64::from(record.attempt),
             node: report.node_name(record.node).to_string(),
             executor: i64::from(record.executor),
@@ -75,26 +73,31 @@ pub fn write(report: &SimReport, path: &Path, description: &str) -> Result<(), J
             stderr: None,
             stdout_bytes: None,
             stderr_bytes: None,
+            stream: None,
         });
     }
-    let name =
-        |names: &[String], index: u32| names.get(index as usize).cloned().unwrap_or_default();
-    let declared: Vec<ActivityDecl> = (attempts.iter())
-        .map(|(id, (kind, contexts, _))| ActivityDecl {
-            id: id.clone(),
-            kind: name(&report.kinds, *kind),
-            spec_hash: String::new(),
-            context: name(&report.context_lists, *contexts),
-            after: Vec::new(),
-            rerun: true,
-        })
-        .collect();
-    journal.declare(run, &declared)?;
-    let updates: Vec<ActivityUpdate> = (attempts.into_iter())
-        .map(|(id, (_, _, rows))| {
+    // The simulator numbers kinds and context lists as the journal does;
+    // a number past its lists (none it writes) reads as an empty name.
+    let with_empty = |names: &[String]| {
+        let mut names = names.to_vec();
+        names.push(String::new());
+        names
+    };
+    let (kinds, contexts) = (with_empty(&report.kinds), with_empty(&report.context_lists));
+    let index = |names: &[String], i: u32| (i as usize).min(names.len() - 1);
+    let declared = (attempts.iter()).map(|(id, (kind, context, _))| ActivityDecl {
+        id,
+        kind: index(&kinds, *kind),
+        context: index(&contexts, *context),
+        spec_hash: 0,
+        rerun: true,
+    });
+    let keys = journal.declare(run, &kinds, &contexts, declared)?;
+    let updates: Vec<ActivityUpdate> = (attempts.into_values().zip(keys))
+        .map(|((_, _, rows), activity)| {
             let done = rows.iter().any(|row| row.exit_code == Some(0));
             ActivityUpdate {
-                id,
+                activity,
                 state: if done {
                     ActivityState::Done
                 } else {

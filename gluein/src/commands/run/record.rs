@@ -1,13 +1,15 @@
 //! What a run writes to its journal: the run, its activities and each
 //! settled activity's attempts, and what a resume may skip.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use executors::shell::{Capture, ShellOutcome, ShellResult};
+use executors::shell::{ShellOutcome, ShellResult};
 use gluein::run_dir;
 use graph::{Graph, NodeReport};
-use journal::{unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, AttemptRow, Journal};
+use journal::{
+    unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, Journal, JournalError, NewAttempt,
+    StreamPlace,
+};
 use sha2::{Digest, Sha256};
 
 use super::RunArgs;
@@ -45,105 +47,83 @@ pub(super) fn default_journal_path(graph: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir.join("journal.db"))
 }
 
-/// What decides what a node does, hashed: its command, environment,
-/// context, retries and timeout, files, and what it runs after. The output
-/// directory is left out: it differs between a run and its resumption.
-pub(super) fn spec_hash(graph: &Graph, node: &graph::Node) -> String {
-    let mut spec = node.spec.clone();
-    spec.capture = Capture::default();
-    let after: Vec<&str> = node
-        .after
-        .iter()
-        .map(|&d| graph.nodes[d].id.as_str())
-        .collect();
-    let value = serde_json::json!({
-        "spec": spec,
-        "after": after,
-        "inputs": node.inputs,
-        "outputs": node.outputs,
-    });
-    hex(&Sha256::digest(value.to_string().as_bytes()))
+/// A hash of the whole graph as run, for the run's row: every node's id
+/// and spec hash, in order (so relabelling and sweep values count).
+pub(super) fn graph_hash(graph: &Graph, hashes: &[u64]) -> String {
+    let mut digest = Sha256::new();
+    for (n, hash) in hashes.iter().enumerate() {
+        digest.update(graph.id(n).as_bytes());
+        digest.update([0]);
+        digest.update(hash.to_le_bytes());
+    }
+    hex(&digest.finalize())
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
+fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Which nodes a resume skips: those done before with the same spec, all of
-/// whose dependencies are skipped too. Anything downstream of work that runs
-/// again runs again, since its inputs may change.
+/// Which nodes a resume skips: those done before with the same spec hash,
+/// all of whose dependencies are skipped too. Anything downstream of work
+/// that runs again runs again, since its inputs may change. The journal's
+/// done rows are streamed into a flag per node, not held as a map.
 pub(super) fn plan_skips(
     graph: &Graph,
-    hashes: &[String],
-    done: &HashMap<String, String>,
-) -> Vec<bool> {
-    let mut skip = vec![false; graph.nodes.len()];
-    for n in graph.topological_order() {
-        let node = &graph.nodes[n];
-        skip[n] = done.get(&node.id) == Some(&hashes[n]) && node.after.iter().all(|&d| skip[d]);
-    }
-    skip
+    hashes: &[u64],
+    journal: &Journal,
+) -> Result<Vec<bool>, JournalError> {
+    let mut done = vec![false; graph.len()];
+    journal.for_each_done(|id, hash| {
+        if let Some(n) = graph.index_of(id) {
+            done[n] = hashes[n] == hash;
+        }
+    })?;
+    Ok(graph.skippable(&done))
 }
 
-pub(super) fn declarations(graph: &Graph, hashes: &[String], skip: &[bool]) -> Vec<ActivityDecl> {
-    (graph.nodes.iter().zip(hashes).zip(skip))
-        .map(|((node, hash), &skip)| ActivityDecl {
-            rerun: !skip,
-            id: node.id.clone(),
-            kind: node.kind.clone(),
-            spec_hash: hash.clone(),
-            context: node.spec.context.to_string(),
-            after: node
-                .after
-                .iter()
-                .map(|&d| graph.nodes[d].id.clone())
-                .collect(),
-        })
-        .collect()
+/// Declares the graph's nodes to the journal for run `run` and returns
+/// each node's activity number, indexed by node, for its updates.
+pub(super) fn declare(
+    journal: &mut Journal,
+    run: i64,
+    graph: &Graph,
+    hashes: &[u64],
+    skip: &[bool],
+) -> Result<Vec<i64>, JournalError> {
+    let contexts: Vec<String> = graph.contexts().iter().map(|c| c.to_string()).collect();
+    let activities = (0..graph.len()).map(|n| ActivityDecl {
+        id: graph.id(n),
+        kind: graph.kind_of(n),
+        context: graph.context_of(n),
+        spec_hash: hashes[n],
+        rerun: !skip[n],
+    });
+    journal.declare(run, graph.kinds(), &contexts, activities)
 }
 
-/// The expanded graph as the journal keeps it.
-pub(super) fn graph_json(graph: &Graph) -> String {
-    let nodes: Vec<serde_json::Value> = graph
-        .nodes
-        .iter()
-        .map(|node| {
-            serde_json::json!({
-                "id": node.id,
-                "kind": node.kind,
-                "spec": node.spec,
-                "context": node.spec.context.to_string(),
-                "after": node.after.iter().map(|&d| &graph.nodes[d].id).collect::<Vec<_>>(),
-                "inputs": node.inputs,
-                "outputs": node.outputs,
-            })
-        })
-        .collect();
-    serde_json::json!({ "activities": nodes }).to_string()
-}
-
-/// The journal rows for one report.
-pub(super) fn update_for(graph: &Graph, report: &NodeReport) -> ActivityUpdate {
-    let id = graph.nodes[report.node()].id.clone();
+/// The journal rows for one report; `keys` are the nodes' activity
+/// numbers, as [`declare`] returned them.
+pub(super) fn update_for(graph: &Graph, keys: &[i64], report: &NodeReport) -> ActivityUpdate {
+    let activity = keys[report.node()];
     match report {
         NodeReport::Finished { result, .. } => ActivityUpdate {
-            id,
+            activity,
             state: if result.is_success() {
                 ActivityState::Done
             } else {
                 ActivityState::Failed
             },
             message: (!result.is_success()).then(|| result.outcome.to_string()),
-            attempts: attempt_rows(result),
+            attempts: new_attempts(result),
         },
         NodeReport::Cancelled { because, .. } => ActivityUpdate {
-            id,
+            activity,
             state: ActivityState::Cancelled,
-            message: Some(format!("{} failed", graph.nodes[*because].id)),
+            message: Some(format!("{} failed", graph.id(*because))),
             attempts: Vec::new(),
         },
         NodeReport::Refused { reason, .. } => ActivityUpdate {
-            id,
+            activity,
             state: ActivityState::Failed,
             message: Some(reason.clone()),
             attempts: Vec::new(),
@@ -151,7 +131,7 @@ pub(super) fn update_for(graph: &Graph, report: &NodeReport) -> ActivityUpdate {
     }
 }
 
-pub(super) fn attempt_rows(result: &ShellResult) -> Vec<AttemptRow> {
+pub(super) fn new_attempts(result: &ShellResult) -> Vec<NewAttempt> {
     result
         .history
         .iter()
@@ -163,9 +143,7 @@ pub(super) fn attempt_rows(result: &ShellResult) -> Vec<AttemptRow> {
                 ShellOutcome::StartFailed { .. } => ("start_failed", None, None),
             };
             let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-            AttemptRow {
-                run: 0,
-                activity: String::new(),
+            NewAttempt {
                 attempt: i64::from(a.attempt),
                 node: result.host.clone(),
                 executor: result.executor as i64,
@@ -181,6 +159,11 @@ pub(super) fn attempt_rows(result: &ShellResult) -> Vec<AttemptRow> {
                 stderr: path(&a.stderr),
                 stdout_bytes: Some(a.stdout_bytes as i64),
                 stderr_bytes: Some(a.stderr_bytes as i64),
+                stream: a.stream.as_ref().map(|place| StreamPlace {
+                    file: place.file.display().to_string(),
+                    offset: place.offset as i64,
+                    length: place.length as i64,
+                }),
             }
         })
         .collect()
