@@ -24,6 +24,9 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Summarize a journaled run and plot its utilization.
     Report(commands::report::ReportArgs),
+    /// Print one activity's output (stdout or stderr), from its files or
+    /// from the run's stream files.
+    Output(commands::output::OutputArgs),
     /// Show what the hardware probe finds and the labels executors get.
     Probe(commands::probe::ProbeArgs),
     /// Start a pool that agents on other machines join (`pool start`).
@@ -48,7 +51,7 @@ fn main() -> ExitCode {
     let talks_to_peers = match &cli.command {
         Command::Run(args) => args.joins_a_pool(),
         Command::Pool(_) | Command::Agent(_) | Command::Status(_) | Command::Relabel(_) => true,
-        Command::Report(_) | Command::Probe(_) | Command::Glidein(_) => false,
+        Command::Report(_) | Command::Output(_) | Command::Probe(_) | Command::Glidein(_) => false,
     };
     if !talks_to_peers {
         gluein::cli::exit_quietly_on_broken_pipe();
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => commands::run::main(args),
         Command::Report(args) => commands::report::main(args),
+        Command::Output(args) => commands::output::main(args),
         Command::Probe(args) => commands::probe::main(args),
         Command::Pool(args) => commands::pool::main(args),
         Command::Agent(args) => commands::agent::main(args),

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod glidein;
+pub mod output;
 pub mod pool;
 pub mod probe;
 pub mod relabel;
