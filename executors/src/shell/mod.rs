@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod launch;
 mod mpi_program;
 mod output;
 mod process;

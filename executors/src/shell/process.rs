@@ -100,7 +100,7 @@ fn run_once_to(
     // everything the command started.
     let mut command = Launch::new(&argv);
     command.env.reserve(env.len() + spec.env.len() + 1);
-    for (key, value) in env.iter().chain(&spec.env) {
+    for (key, value) in env.iter().map(|(k, v)| (k, v)).chain(&spec.env) {
         command.env(key, value);
     }
     if let Some(dir) = &spec.cwd {
@@ -152,25 +152,27 @@ fn run_once_to(
                     ));
                 }
             };
-            command.stdout(opened.stdout).stderr(opened.stderr);
+            command.stdout = Stream::File(opened.stdout);
+            command.stderr = Stream::File(opened.stderr);
             created = Some(opened.identities);
         }
         (Capture::Memory { .. }, _) => {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
         }
         (Capture::Stream { .. }, _) if matches!(destination, Destination::Stream { .. }) => {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
         }
-        _ => {
-            command.stdout(Stdio::null()).stderr(Stdio::null());
-        }
+        _ => {}
     }
-    let mut child = match super::spawn::spawn(&mut command) {
+    let started_child = super::spawn::retry_busy(|| command.start());
+    // The child has copies of the descriptors: closing this process's
+    // leaves the command and what it starts as the files' only writers.
+    drop(command);
+    let mut child = match started_child {
         Ok(child) => child,
         Err(error) => {
             if let (Some(files), Some(created)) = (files, &created) {
                 // Never started, so never wrote: remove the empty files.
-                drop(command);
                 files.settle(created);
             }
             return failed(describe_spawn_error(&argv[0], &error));
@@ -244,7 +246,7 @@ fn run_once_to(
 /// Reaps the exited child with `wait4`, which also reports the CPU time it
 /// used — the figure a report needs for core utilization, and one that
 /// `Child::wait` does not give.
-fn reap(child: &Child) -> io::Result<(ExitStatus, Duration)> {
+fn reap(child: &Started) -> io::Result<(ExitStatus, Duration)> {
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: rusage is plain data that wait4 fills in.
@@ -284,7 +286,7 @@ fn describe_spawn_error(program: &str, error: &io::Error) -> String {
 
 /// Waits until the child has exited, without reaping it. Returns `false`
 /// if the deadline passed first.
-fn wait_until_exit(child: &Child, deadline: Option<Instant>) -> io::Result<bool> {
+fn wait_until_exit(child: &Started, deadline: Option<Instant>) -> io::Result<bool> {
     wait_for_exit(child.id() as libc::pid_t, deadline)
 }
 
@@ -385,7 +387,7 @@ fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
     }
 }
 
-fn kill_group(child: &Child) {
+fn kill_group(child: &Started) {
     let group = child.id() as libc::pid_t;
     // SAFETY: kill has no memory effects; ESRCH (group already empty) is fine.
     unsafe { libc::kill(-group, libc::SIGKILL) };

@@ -21,10 +21,16 @@ const BUSY_PATIENCE: Duration = Duration::from_secs(2);
 /// start is retried for up to two seconds, which that window never
 /// approaches. Any other error is returned at once.
 pub fn spawn(command: &mut Command) -> io::Result<Child> {
+    retry_busy(|| command.spawn())
+}
+
+/// Runs `start` until it returns anything but `ExecutableFileBusy`, or two
+/// seconds have passed: [`spawn`] for any way of starting a process.
+pub(crate) fn retry_busy<T>(mut start: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     let give_up = Instant::now() + BUSY_PATIENCE;
     let mut pause = Duration::from_millis(1);
     loop {
-        match command.spawn() {
+        match start() {
             Err(error)
                 if error.kind() == io::ErrorKind::ExecutableFileBusy
                     && Instant::now() < give_up =>

@@ -28,16 +28,16 @@
 //! [`TRACKING_VAR`] picks one: `cgroup`, `subreaper` or `auto` (the default:
 //! cgroup v2 where it works, else the subreaper).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
+
+use super::launch::Launch;
 
 /// The environment variable that picks how commands are tracked:
 /// `cgroup`, `subreaper` or `auto` (the default).
@@ -106,24 +106,28 @@ impl ProcessTracking {
         let tracking = ProcessTracking::Cgroup { parent };
         // Creating a cgroup is not enough: moving a process needs write
         // access to the common ancestor's `cgroup.procs` as well.
-        let mut probe = Command::new("/bin/sh");
-        probe.args(["-c", ":"]);
+        let mut probe = Launch::new(&["/bin/sh", "-c", ":"]);
         let tracked = tracking
             .track(&mut probe)
             .map_err(|e| format!("no cgroup can be created: {e}"))?;
-        let status = probe
-            .status()
+        let started = probe
+            .start()
             .map_err(|e| format!("a process cannot join a new cgroup: {e}"))?;
+        let mut status = 0;
+        // SAFETY: `started.pid` is our unreaped child; a valid out-pointer.
+        let reaped = unsafe { libc::waitpid(started.pid, &mut status, 0) };
         tracked.finish(0);
-        if !status.success() {
-            return Err(format!("a probe in a new cgroup ended with {status}"));
+        if reaped != started.pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            return Err(format!(
+                "a probe in a new cgroup ended with wait status {status:#x}"
+            ));
         }
         Ok(tracking)
     }
 
     /// Prepares `command` to be tracked: gives it a token and, with
     /// cgroups, a cgroup to join before its `exec`.
-    pub(crate) fn track(&self, command: &mut Command) -> io::Result<Tracked> {
+    pub(crate) fn track(&self, command: &mut Launch) -> io::Result<Tracked> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let token = format!(
             "{}-{}",
@@ -134,17 +138,19 @@ impl ProcessTracking {
         let cgroup = match self {
             ProcessTracking::Cgroup { parent } => {
                 let dir = parent.join(format!("constellation-{token}"));
-                if dir.exists() {
+                // One call in the common case, no check before it.
+                if let Err(error) = std::fs::create_dir(&dir) {
+                    if error.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(error);
+                    }
                     // Left by a process that died with our pid before us.
                     kill_cgroup(&dir);
                     let _ = std::fs::remove_dir(&dir);
+                    std::fs::create_dir(&dir)?;
                 }
-                std::fs::create_dir(&dir)?;
-                let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                // SAFETY: the closure runs between fork and exec and makes
-                // only async-signal-safe calls (open, write, close).
-                unsafe { command.pre_exec(move || join_cgroup(&procs)) };
+                // The child writes itself into it before its exec, without
+                // a fork (see `launch`), so before it can start anything.
+                command.cgroup_procs = Some(dir.join("cgroup.procs"));
                 Some(dir)
             }
             ProcessTracking::Subreaper => {
@@ -186,25 +192,6 @@ impl Drop for Tracked {
             remove_cgroup(&dir);
         }
     }
-}
-
-/// Moves the calling process into the cgroup whose `cgroup.procs` is
-/// `procs` ("0" names the writer). Runs between fork and exec.
-fn join_cgroup(procs: &CString) -> io::Result<()> {
-    // SAFETY: a valid C string; the descriptor is closed before returning.
-    unsafe {
-        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-        let error = io::Error::last_os_error();
-        libc::close(fd);
-        if written != 1 {
-            return Err(error);
-        }
-    }
-    Ok(())
 }
 
 /// The directory of this process's cgroup on the cgroup2 hierarchy, if
@@ -345,12 +332,18 @@ struct ChildProcess {
 /// This process's children, including the orphans reparented to it.
 fn children() -> Vec<ChildProcess> {
     let me = std::process::id() as libc::pid_t;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+    let pids: Vec<libc::pid_t> = match child_pids() {
+        Some(pids) => pids.into_iter().collect(),
+        // Without the `children` files, every process's parent is read.
+        None => match std::fs::read_dir("/proc") {
+            Ok(entries) => entries
+                .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        },
     };
-    entries
-        .filter_map(|entry| {
-            let pid: libc::pid_t = entry.ok()?.file_name().to_str()?.parse().ok()?;
+    pids.into_iter()
+        .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             // The command name may hold spaces and parentheses; the fields
             // after the last ')' are: state ppid pgrp session ...
@@ -367,6 +360,54 @@ fn children() -> Vec<ChildProcess> {
             })
         })
         .collect()
+}
+
+/// The pids of this process's children, from the `children` file of each
+/// of its threads (a child belongs to the thread that started it, an
+/// adopted orphan to the first live thread): a few small reads instead of
+/// a read of every process's `stat` on the machine, at each command's end.
+/// `None` where the kernel has no such files (`CONFIG_PROC_CHILDREN`).
+///
+/// The kernel walks a thread's children as the file is read, and a child
+/// reaped during the walk can make it skip a sibling. So the files are
+/// read again until two reads in a row agree, and every pid seen is
+/// kept: a child is missed only if every read skipped it, each time
+/// because another child of the same thread was reaped at that moment.
+fn child_pids() -> Option<BTreeSet<libc::pid_t>> {
+    /// Reads before the answer is taken as it is, should children keep
+    /// being reaped meanwhile.
+    const MAX_READS: usize = 8;
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    // SAFETY: gettid has no memory effects.
+    let available = *AVAILABLE.get_or_init(|| {
+        let tid = unsafe { libc::gettid() };
+        Path::new(&format!("/proc/self/task/{tid}/children")).exists()
+    });
+    if !available {
+        return None;
+    }
+    let mut seen = BTreeSet::new();
+    let mut previous: Option<BTreeSet<libc::pid_t>> = None;
+    for _ in 0..MAX_READS {
+        let mut read = BTreeSet::new();
+        for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            // A thread that ended meanwhile has no children to give.
+            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            read.extend(
+                children
+                    .split_ascii_whitespace()
+                    .filter_map(|pid| pid.parse::<libc::pid_t>().ok()),
+            );
+        }
+        seen.extend(read.iter().copied());
+        if previous.as_ref() == Some(&read) {
+            break;
+        }
+        previous = Some(read);
+    }
+    Some(seen)
 }
 
 /// Whether process `pid` has `wanted` (`TOKEN_VAR=token`) in its environment.
@@ -432,6 +473,8 @@ mod tests {
     use super::*;
     use crate::shell::process::run_once_tracked;
     use crate::shell::{Capture, ShellOutcome, ShellSpec};
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
 
     /// A fresh directory for one test.
     fn scratch(name: &str) -> PathBuf {
@@ -625,5 +668,163 @@ mod tests {
             "the detached child {pid} outlived its own command"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Minor page faults of the calling thread so far.
+    fn thread_faults() -> i64 {
+        // SAFETY: rusage is plain data that getrusage fills in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer.
+        assert_eq!(
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+            0
+        );
+        usage.ru_minflt
+    }
+
+    /// The pages of a 64 MiB region of this thread's memory that `start`
+    /// (which starts a command and waits for it) made copy-on-write: a
+    /// `fork` marks every page of the parent so, and the parent's next
+    /// write to each one faults; a start that borrows the memory until
+    /// the `exec` (`CLONE_VM | CLONE_VFORK`) marks none. Unlike a timing,
+    /// the count does not depend on the machine's load. Returns the
+    /// faults and the number of pages.
+    fn pages_copied_on_write_by(start: impl FnOnce()) -> (i64, i64) {
+        const LENGTH: usize = 64 << 20;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let region = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LENGTH,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(region, libc::MAP_FAILED);
+        // Small pages, so that each counts: a huge page faults once.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(region, LENGTH, libc::MADV_NOHUGEPAGE) };
+        let page = 4096;
+        let touch = |value: u8| {
+            for offset in (0..LENGTH).step_by(page) {
+                // SAFETY: inside the mapping, which is writable.
+                unsafe { region.cast::<u8>().add(offset).write_volatile(value) };
+            }
+        };
+        touch(1);
+        start();
+        let before = thread_faults();
+        touch(2);
+        let faults = thread_faults() - before;
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(region, LENGTH) };
+        (faults, (LENGTH / page) as i64)
+    }
+
+    #[test]
+    fn starting_a_command_copies_none_of_this_process_memory() {
+        // The measure itself: a start with a `pre_exec` hook, which makes
+        // std fork, as joining a cgroup once did.
+        let (faults, pages) = pages_copied_on_write_by(|| {
+            let mut command = Command::new("true");
+            // SAFETY: the hook does nothing.
+            unsafe { command.pre_exec(|| Ok(())) };
+            assert!(command.status().unwrap().success());
+        });
+        assert!(
+            faults >= pages / 2,
+            "a fork made only {faults} of {pages} pages copy-on-write: the measure is blind here"
+        );
+        let mut trackings = vec![ProcessTracking::Subreaper];
+        match ProcessTracking::cgroup() {
+            Ok(tracking) => trackings.push(tracking),
+            Err(why) => println!("cgroup tracking not tested: {why}"),
+        }
+        for tracking in trackings {
+            let spec = ShellSpec::command("true").capture(Capture::Discard);
+            let (faults, pages) = pages_copied_on_write_by(|| {
+                let done = run_once_tracked(&spec, &[], None, &tracking);
+                assert_eq!(done.outcome, ShellOutcome::Exited { code: 0 });
+            });
+            // A few faults may come from this thread's own work meanwhile.
+            assert!(
+                faults < pages / 8,
+                "starting a command under {tracking:?} made {faults} of {pages} pages \
+                 copy-on-write: it forked, and its cost grows with this process's memory"
+            );
+        }
+    }
+
+    #[test]
+    fn a_command_is_in_its_cgroup_before_it_can_fork() {
+        let tracking = match ProcessTracking::cgroup() {
+            Ok(tracking) => tracking,
+            Err(why) => {
+                println!("skipped: cgroup v2 tracking is not available here: {why}");
+                return;
+            }
+        };
+        // The detached child is started at once and its command ends at
+        // once: a command that joined its cgroup only after it began would
+        // often fork the child outside it, where nothing would kill it.
+        let spec = ShellSpec::script("setsid sleep 316 </dev/null >/dev/null 2>&1 & echo $!")
+            .capture(Capture::Memory { limit: 64 });
+        let mut survivors = Vec::new();
+        for _ in 0..40 {
+            let done = run_once_tracked(&spec, &[], None, &tracking);
+            assert_eq!(done.outcome, ShellOutcome::Exited { code: 0 });
+            let pid: libc::pid_t = done.stdout.text().unwrap().trim().parse().unwrap();
+            if alive(pid) {
+                survivors.push(pid);
+            }
+        }
+        for &pid in &survivors {
+            // SAFETY: only the test's own stray sleeps.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        assert!(
+            survivors.is_empty(),
+            "detached children outlived their commands: {survivors:?}"
+        );
+    }
+
+    #[test]
+    fn an_adopted_orphan_is_among_this_process_children() {
+        become_subreaper();
+        // `sh` starts a sleep and exits: the sleep is reparented here.
+        let output = Command::new("/bin/sh")
+            .args(["-c", "sleep 318 </dev/null >/dev/null 2>&1 & echo $!"])
+            .output()
+            .unwrap();
+        let orphan: libc::pid_t = String::from_utf8(output.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let listed = child_pids().map(|pids| pids.contains(&orphan));
+        let found = children().iter().any(|c| c.pid == orphan);
+        // SAFETY: the test's own orphan, now this process's child.
+        unsafe { libc::kill(orphan, libc::SIGKILL) };
+        let _ = super::super::process::wait_for_exit(orphan, Some(Instant::now() + KILL_PATIENCE));
+        let mut status = 0;
+        // SAFETY: our child; reaps it.
+        unsafe { libc::waitpid(orphan, &mut status, 0) };
+        assert_ne!(
+            listed,
+            Some(false),
+            "the children files miss the orphan {orphan}"
+        );
+        assert!(
+            found,
+            "the orphan {orphan} is not among this process's children"
+        );
+        assert!(
+            !children()
+                .iter()
+                .any(|c| c.pid == 1 || c.pid == std::process::id() as libc::pid_t),
+            "a process that is not a child is listed"
+        );
     }
 }
