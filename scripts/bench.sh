@@ -8,9 +8,11 @@
 #   local_fib       fib(30) by divide and conquer (2,692,537 activities), 2 executors
 #   local_pingpong  events/s between two activities on different executors
 #   queued_bytes    resident bytes per queued trivial activity, 1,000,000 queued
-#   shell_true      10,000 shell activities running `true`, 2 executors, output files on tmpfs
+#   shell_true      10,000 shell activities running `true` (SHELL_TRUE_COUNT), 2 executors, output files on tmpfs
 #                   (/dev/shm or $BENCH_SCRATCH), with the fork/exec ceiling (spawning `true`
-#                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk
+#                   2 at a time) and the ratio; also prints shell_true_disk, output files on disk.
+#                   BENCH_BALLAST_MIB=N makes the bench hold N MiB of touched heap, as a big runner
+#                   does, to show whether starting a command costs more as its starter grows
 #   graph_chains    `constellation run` of 100 independent chains of 100 activities running `true`,
 #                   2 executors, journal and output on tmpfs: wall seconds and activities/s
 #   graph_typo      seconds for `constellation run` to reject a 1,000,000-item sweep whose `after`

@@ -51,7 +51,13 @@ fn main() -> Result<()> {
         };
     for name in selected {
         if name == "shell_true" {
-            shell_true(10_000, runs)?;
+            let count = match std::env::var("SHELL_TRUE_COUNT") {
+                Ok(text) => text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow::anyhow!("SHELL_TRUE_COUNT must be a positive number, not {text:?}")
+                })?,
+                Err(_) => 10_000,
+            };
+            shell_true(count, runs)?;
             continue;
         }
         if name == "graph_chains" {
@@ -493,7 +499,18 @@ fn graph_chains(chains: usize, length: usize, runs: usize) -> Result<()> {
 /// on the disk under `target/`, where every file creation costs what this
 /// machine's disk charges. The three alternate within each run, so a noisy
 /// moment hurts all of them; ratios are medians of the per-run ratios.
+/// `BENCH_BALLAST_MIB` makes the process hold that many MiB of touched
+/// heap throughout, as a runner holding a big graph does, to show whether
+/// the cost of starting a command grows with the memory of its starter.
 fn shell_true(count: usize, runs: usize) -> Result<()> {
+    let ballast_mib: usize = match std::env::var("BENCH_BALLAST_MIB") {
+        Ok(text) => text
+            .parse()
+            .with_context(|| format!("BENCH_BALLAST_MIB must be a number of MiB, not {text:?}"))?,
+        Err(_) => 0,
+    };
+    // Touched page by page, so it is resident, not merely reserved.
+    let ballast = std::hint::black_box(vec![1u8; ballast_mib << 20]);
     let scratch = std::env::var_os("BENCH_SCRATCH")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
@@ -529,11 +546,12 @@ fn shell_true(count: usize, runs: usize) -> Result<()> {
     let ceiling = median(&mut ceilings);
     for (k, (name, _)) in places.iter().enumerate() {
         println!(
-            r#"{{"bench":"{name}","value":{:.1},"unit":"tasks/s","higher_is_better":true,"ceiling":{ceiling:.1},"ratio":{:.3}}}"#,
+            r#"{{"bench":"{name}","value":{:.1},"unit":"tasks/s","higher_is_better":true,"ceiling":{ceiling:.1},"ratio":{:.3},"ballast_mib":{ballast_mib}}}"#,
             median(&mut rates[k]),
             median(&mut ratios[k])
         );
     }
+    drop(ballast);
     Ok(())
 }
 
