@@ -436,6 +436,45 @@ fn files_that_are_no_journal_say_what_they_are() {
     );
 }
 
+/// A journal of schema version 1, written by `constellation run` of the
+/// build before the compact journal (commit 5e39ffa; host names replaced).
+const VERSION_1_JOURNAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/journal-v1.db");
+
+/// `report` and `--resume` refuse a journal of the old schema with both
+/// versions named, and leave it as it was.
+#[test]
+fn a_version_1_journal_is_refused_by_report_and_resume() {
+    let dir = scratch("version-1");
+    std::fs::copy(VERSION_1_JOURNAL, dir.join("old.db")).expect("copy the journal");
+    let before = std::fs::read(dir.join("old.db")).expect("read the journal");
+    let expected = "journal old.db has schema version 1, but this build of constellation \
+                    reads version 2 only";
+    let out = output(constellation(&dir).args(["report", "old.db"]));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+
+    std::fs::write(
+        dir.join("tiny.toml"),
+        "[[activity]]\nid = \"hello\"\ncommand = \"true\"\n",
+    )
+    .expect("a graph");
+    let out = output(constellation(&dir).args([
+        "run",
+        "tiny.toml",
+        "-n",
+        "1",
+        "--progress",
+        "none",
+        "--resume",
+        "old.db",
+    ]));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    assert!(!dir.join("output.run2").exists(), "nothing ran");
+    let after = std::fs::read(dir.join("old.db")).expect("read the journal");
+    assert!(before == after, "the old journal was changed");
+}
+
 #[test]
 fn plots_draw_no_rectangle_the_rasterizer_rejects() {
     let dir = scratch("plot-rects");

@@ -486,6 +486,7 @@ impl Journal {
             })?;
         }
         let journal = Journal::connect(path)?;
+        journal.configure()?;
         journal.sql(|c| {
             c.execute_batch(SCHEMA)?;
             c.execute(
@@ -507,7 +508,10 @@ impl Journal {
             JournalError::Sqlite { source, .. } => Journal::classify(path, source),
             other => other,
         })?;
+        // Checked before anything is set: a journal of another version (or
+        // another file) is left exactly as it was, not switched to WAL.
         journal.check_version()?;
+        journal.configure()?;
         Ok(journal)
     }
 
@@ -628,23 +632,27 @@ impl Journal {
             source,
         };
         let conn = Connection::open(path).map_err(error)?;
-        // WAL with NORMAL sync: a commit survives a killed process (the
-        // crash that matters for resume) at a fraction of FULL's cost; only
-        // a power cut can lose the last commits.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(error)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(error)?;
-        // Declaring a million activities touches tens of megabytes of
-        // pages (the id index above all): a cache that holds them keeps
-        // the transaction from rereading them.
-        conn.pragma_update(None, "cache_size", -65536)
-            .map_err(error)?;
+        // A run may be writing: wait for its transaction.
         conn.busy_timeout(Duration::from_secs(10)).map_err(error)?;
         Ok(Journal {
             conn,
             path: path.to_path_buf(),
             slots: SlotCache::default(),
+        })
+    }
+
+    /// Sets up the connection of a journal to write.
+    fn configure(&self) -> Result<(), JournalError> {
+        self.sql(|c| {
+            // WAL with NORMAL sync: a commit survives a killed process (the
+            // crash that matters for resume) at a fraction of FULL's cost;
+            // only a power cut can lose the last commits.
+            c.pragma_update(None, "journal_mode", "WAL")?;
+            c.pragma_update(None, "synchronous", "NORMAL")?;
+            // Declaring a million activities touches tens of megabytes of
+            // pages (the id index above all): a cache that holds them keeps
+            // the transaction from rereading them.
+            c.pragma_update(None, "cache_size", -65536)
         })
     }
 
