@@ -129,6 +129,10 @@ script = "echo broken input >&2; exit 4"
     assert!(!out.status.success(), "one command fails: {said}");
     // The failure shows its error output's last line, read from the stream.
     assert!(said.contains("| broken input"), "{said}");
+    assert!(
+        said.contains("stderr: in the stream constellation-runs/"),
+        "{said}"
+    );
 
     // Two executors: at most two stream files, and nothing else.
     let run = run_dir(&dir);

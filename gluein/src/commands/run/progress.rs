@@ -216,6 +216,13 @@ pub(super) fn failure_text(id: &str, result: &ShellResult) -> String {
     if let Some(path) = result.stderr.path() {
         text.push_str(&format!("\n  stderr: {}", path.display()));
     }
+    if let Some(place) = result.stderr.stream_place() {
+        // All of it: `constellation output RUN ID --stderr`.
+        text.push_str(&format!(
+            "\n  stderr: in the stream {}",
+            place.file.display()
+        ));
+    }
     if result.stderr == Output::Empty {
         // Its empty file was removed: say so rather than name no file.
         text.push_str(" and wrote no error output");
