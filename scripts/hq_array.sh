@@ -28,6 +28,9 @@
 #                  v0.27.0 tag from GitHub.
 #   HQ_PROFILE     the cargo profile of that build (default release; HyperQueue's own binaries
 #                  use its `dist` profile: LTO, 1 codegen unit, much slower to build)
+#   HQ_FEATURES    the crate features of that build instead of HyperQueue's defaults (jemalloc,
+#                  dashboard, highs), e.g. "jemalloc microlp": the pure-Rust MILP solver instead of
+#                  HiGHS, whose C++ takes the longest to build (issue 21's figures used this)
 #
 # Figures per output mode: hq_array (wall seconds from `hq submit` until `hq job wait` returns:
 # submission, scheduling and all N tasks), hq_array_submit (seconds `hq submit` took),
@@ -39,9 +42,11 @@
 # The server and the worker start, and the worker registers, before the clock starts; every
 # process the script starts is stopped on exit, also on failure or Ctrl-C.
 #
-# The `hq` build: tako's default MILP solver, HiGHS, is C++ built with cmake; cmake comes from
-# PyPI into target/hq-venv (like target/nvrtc-venv in scripts/test.sh), so nothing is needed
-# beyond cargo, a C++ compiler and pip.
+# The `hq` build: tako's default MILP solver, HiGHS, is C++ built with cmake (and bindgen, which
+# needs libclang); cmake comes from PyPI into target/hq-venv (like target/nvrtc-venv in
+# scripts/test.sh). The PyPI wheel `hyperqueue` is no substitute: it has no `hq` command, its
+# LocalCluster runs server and worker as threads of the Python process, and its Python API
+# submits a graph of N task descriptions, not an array.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,9 +98,14 @@ hq_setup() {
     }
     source=(--path "$HQ_SRC/crates/hyperqueue")
   fi
-  echo "hq_array.sh: building hq (${source[*]}, profile ${HQ_PROFILE:-release}) into $venv/bin" >&2
+  local features=()
+  if [ -n "${HQ_FEATURES:-}" ]; then
+    features=(--no-default-features --features "$HQ_FEATURES")
+  fi
+  echo "hq_array.sh: building hq (${source[*]}, profile ${HQ_PROFILE:-release}," \
+    "features ${HQ_FEATURES:-default}) into $venv/bin" >&2
   PATH="$venv/bin:$PATH" cargo install --locked --quiet --profile "${HQ_PROFILE:-release}" \
-    --root "$venv" "${source[@]}"
+    "${features[@]}" --root "$venv" "${source[@]}"
 }
 
 hq_setup
