@@ -200,8 +200,8 @@ impl Coordinator {
             observer,
             graph,
         };
-        for n in 0..nodes {
-            if coordinator.waiting[n] == 0 && !skip[n] {
+        for (n, &skipped) in skip.iter().enumerate() {
+            if coordinator.waiting[n] == 0 && !skipped {
                 coordinator.release(n as u32);
             }
         }

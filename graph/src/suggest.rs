@@ -55,12 +55,15 @@ impl<'g> Family<'g> {
     }
 }
 
+/// Finds a name among a graph's ids and returns the graph's copy.
+type Lookup<'g> = Box<dyn Fn(&str) -> Option<&'g str> + 'g>;
+
 /// Suggests known ids, or `after` patterns, for unknown names.
 pub(crate) struct Suggestions<'g> {
     /// Every id, when there are at most [`FEW_IDS`].
     few: Vec<&'g str>,
     /// The graph's own copy of an id, if it is one.
-    lookup: Box<dyn Fn(&str) -> Option<&'g str> + 'g>,
+    lookup: Lookup<'g>,
     /// The distinct shapes, in the order of their first id.
     shapes: Vec<String>,
     families: Vec<Family<'g>>,
