@@ -8,11 +8,11 @@
 mod pool;
 mod progress;
 mod record;
-mod released;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -22,12 +22,12 @@ use constellation::{Context, ContextList};
 use executors::shell::Capture;
 use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
 use journal::{ExecutorRow, NewRun, RunStatus};
-use sha2::{Digest, Sha256};
 
-use pool::{check_contexts, executor_contexts, join_pool, local_pool, pool_executors, Runner};
+use pool::{
+    check_contexts, executor_contexts, join_pool, local_pool, pool_executors, unoffered, Runner,
+};
 use progress::{Progress, Tally};
-use record::{declarations, graph_json, hex, open_journal, plan_skips, spec_hash, update_for};
-use released::Released;
+use record::{declare, graph_hash, open_journal, plan_skips, update_for};
 
 /// Arguments of `constellation run`.
 #[derive(Args)]
@@ -93,6 +93,21 @@ pub struct RunArgs {
     /// where a bar would draw nothing), `lines` or `none`.
     #[arg(long, default_value = "auto", value_name = "MODE")]
     progress: ProgressMode,
+    /// Where the commands' output goes: `files` (a folder per activity
+    /// with `stdout` and `stderr`, for those that wrote any) or `stream`
+    /// (a few stream files, one per executor, for many activities; read
+    /// one activity's output with `constellation output RUN ID`).
+    #[arg(long, default_value = "files", value_name = "MODE")]
+    output: OutputMode,
+}
+
+/// Where the commands' output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OutputMode {
+    /// Files in a folder per activity.
+    Files,
+    /// A few stream files shared by all activities.
+    Stream,
 }
 
 /// How progress is shown.
@@ -164,24 +179,26 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         0 => run_dir.join("output"),
         n => run_dir.join(format!("output.run{}", n + 1)),
     };
-    for node in &mut graph.nodes {
-        node.spec.capture = Capture::Files {
+    let capture = match args.output {
+        OutputMode::Files => Capture::Files {
             dir: output_dir.clone(),
-        };
-    }
-    let hashes: Vec<String> = graph.nodes.iter().map(|n| spec_hash(&graph, n)).collect();
-    let skip = plan_skips(&graph, &hashes, &journal.done()?);
+        },
+        OutputMode::Stream => Capture::Stream {
+            dir: output_dir.clone(),
+        },
+    };
+    let hashes: Vec<u64> = (0..graph.len()).map(|n| graph.spec_hash(n)).collect();
+    let skip = plan_skips(&graph, &hashes, &journal)?;
     let skipped = skip.iter().filter(|&&s| s).count();
 
     let host = executors::probe::hostname();
-    let spec_json = graph_json(&graph);
     let run = journal.begin_run(&NewRun {
         graph_path: args.graph.display().to_string(),
-        graph_hash: hex(&Sha256::digest(spec_json.as_bytes())),
-        graph_spec: spec_json,
+        graph_hash: graph_hash(&graph, &hashes),
         host: host.clone(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: output_dir.display().to_string(),
+        sources: graph.sources().to_vec(),
     })?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = (cores / executors.len().max(1)).max(1) as i64;
@@ -196,12 +213,13 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             })
             .collect::<Vec<_>>(),
     )?;
-    journal.declare(run, &declarations(&graph, &hashes, &skip))?;
+    let keys = declare(&mut journal, run, &graph, &hashes, &skip)?;
+    drop(hashes);
 
     eprintln!(
         "run {run} of {}: {} activities{}, {} executor(s); journal {}",
         args.graph.display(),
-        graph.nodes.len(),
+        graph.len(),
         if skipped > 0 {
             format!(" ({skipped} done before, skipped)")
         } else {
@@ -211,6 +229,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         journal_path.display()
     );
 
+    // Shared with the coordinator, which renders each command from it.
+    let graph = Arc::new(graph);
     let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
     let runner = match node {
         Some(node) => Runner::Node(node),
@@ -219,7 +239,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pool = runner.pool();
     let started = Instant::now();
     let mut tally = Tally::new(&graph, skipped);
-    let expected = graph.nodes.len() - skipped;
+    let expected = graph.len() - skipped;
     // Ctrl-C ends the run with its summary, which names what still waits.
     gluein::signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     let mut interrupted = false;
@@ -227,7 +247,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let (collector, reports) = MultiEventCollector::new(expected);
         let collector = collector.on(coordination);
         let observer = pool.submit(collector)?;
-        let coordinator = Coordinator::new(&graph, &skip, observer);
+        let coordinator =
+            Coordinator::new(Arc::clone(&graph), &skip, observer).with_capture(capture);
+        let released = coordinator.released();
         debug_assert_eq!(coordinator.reports_expected(), expected);
         pool.submit(coordinator)?;
         let mut progress = Progress::new(args.progress, expected as u64);
@@ -237,7 +259,6 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         // and those activities run again on resume (at-least-once).
         let mut updates = Vec::new();
         let mut last_commit = Instant::now();
-        let mut released = Released::new(&graph, &skip);
         let mut last_offer_check: Option<Instant> = None;
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
@@ -246,13 +267,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             for event in batch.into_iter().flatten() {
                 let report = event_report(event)?;
                 tally.count(&graph, &report);
-                released.settle(&report);
-                updates.push(update_for(&graph, &report));
+                updates.push(update_for(&graph, &keys, &report));
             }
             interrupted = gluein::signals::stop_requested();
             if last_offer_check.is_none_or(|at| at.elapsed() >= OFFER_CHECK_EVERY) || interrupted {
                 last_offer_check = Some(Instant::now());
-                tally.unoffered = released.unoffered(&runner.offered());
+                tally.unoffered = unoffered(&graph, &released, &runner.offered());
                 progress.unoffered(&tally.unoffered);
             }
             if finished || interrupted || last_commit.elapsed() >= COMMIT_EVERY {
