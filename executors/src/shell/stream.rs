@@ -1104,6 +1104,35 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Bytes this process has read through read(2) and its kin, all threads.
+    fn bytes_read() -> u64 {
+        let io = std::fs::read_to_string("/proc/self/io").unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_last_lines_of_40_megabytes_read_kilobytes() {
+        let dir = scratch("tail-bytes");
+        let noise = vec![b'y'; CHUNK];
+        let mut chunks: Vec<(Channel, &[u8])> = vec![(Channel::Stderr, b"early\n")];
+        chunks.extend(std::iter::repeat_n((Channel::Stdout, &noise[..]), 640));
+        chunks.push((Channel::Stderr, b"killed\n"));
+        let (out, err) = attempt(&dir, "loud", 1, &chunks);
+        assert_eq!(out.bytes(), 640 * CHUNK as u64);
+        let before = bytes_read();
+        let lines = err.last_lines(5);
+        let read = bytes_read() - before;
+        assert_eq!(lines, ["early", "killed"]);
+        // The walk reads 10 bytes of frame per record it passes, no data.
+        // (Other tests read in parallel: a bound well below the region.)
+        assert!(read < 4 << 20, "read {read} bytes of a 40 MB region");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_torn_last_record_stops_the_reader_with_a_note() {
         let dir = scratch("torn");
