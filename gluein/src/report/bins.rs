@@ -86,7 +86,7 @@ pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
-    values.sort_by(f64::total_cmp);
+    values.sort_unstable_by(f64::total_cmp);
     let mid = values.len() / 2;
     Some(if values.len() % 2 == 1 {
         values[mid]

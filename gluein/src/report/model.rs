@@ -657,7 +657,7 @@ fn build(
     let kind_stats: Vec<KindStats> = stats.into_iter().map(|(_, s)| s).collect();
 
     // Bars in start order, as the Gantt chart and the JSON list them.
-    attempts.sort_by(|a, b| {
+    attempts.sort_unstable_by(|a, b| {
         (a.started.total_cmp(&b.started))
             .then_with(|| a.id.cmp(&b.id))
             .then_with(|| a.attempt.cmp(&b.attempt))
