@@ -10,22 +10,30 @@
 //! 1.4 GB that copy was about 69% of the runner's CPU at 100,000
 //! activities, and it grows with every byte the runner holds.
 //!
-//! The options, measured on a 2-core machine (see the module's tests and
-//! `BENCH_BALLAST_MIB` of `scripts/bench.sh shell_true`):
+//! The options, measured on the 2-core development VM (under load from
+//! other work, so CPU seconds rather than wall time):
 //!
 //! - `clone3` with `CLONE_INTO_CGROUP` creates the child in its cgroup
 //!   directly, but with `CLONE_VM` the child needs a stack of its own and
 //!   a return path that only assembly can give (the raw syscall returns
 //!   twice on one stack); without `CLONE_VM` it copies the page tables
 //!   like `fork`. glibc's `posix_spawnattr_setcgroup_np` does it right,
-//!   from glibc 2.39 on; this machine and many login nodes have older ones.
-//!   No maintained crate offers it.
+//!   from glibc 2.39 on; this machine (2.36) and many login nodes have
+//!   older ones, and no maintained crate offers it. What it would save,
+//!   the child's own write to `cgroup.procs`, was within the noise of a
+//!   C loop starting `/bin/true` 2,000 times each way.
 //! - A wrapper, `/bin/sh -c 'echo 0 >"$0" && exec "$@"'`, keeps
-//!   `posix_spawn`, but adds a whole shell start to every command, more
-//!   than the start of `true` itself.
+//!   `posix_spawn`, but adds a whole shell start to every command: 1.72 ms
+//!   of CPU per `/bin/true` against 0.85 ms started directly (mkdir and
+//!   rmdir of its cgroup included in both).
 //! - A spawner process forked early, while the runner is small, would make
 //!   the commands its children, not the runner's: no `wait4` CPU times, no
 //!   subreaper adoption, and every start a round trip between processes.
+//!
+//! With the start below, `scripts/bench.sh shell_true` holding 1.5 GB of
+//! touched heap (`BENCH_BALLAST_MIB=1500`) went from 5.6 commands/s (about
+//! 52 ms of system time per command, copying page tables) to 930/s, no
+//! slower than with no heap (555/s in the same, loaded, session).
 //!
 //! So this module does what glibc's `posix_spawn` does, with the one step
 //! it lacks: glibc's `clone` wrapper (which gives the child its own stack
@@ -495,6 +503,9 @@ extern "C" fn child(plan: *mut libc::c_void) -> libc::c_int {
             }
             libc::close(fd);
         }
+        // The sources are this process's own descriptors, above 2: std
+        // reopens 0, 1 and 2 on /dev/null at start-up if they are closed,
+        // so no dup2 here overwrites a source still to be copied.
         for (target, &source) in plan.streams.iter().enumerate() {
             let target = target as RawFd;
             let done = if source == target {
