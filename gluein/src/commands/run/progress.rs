@@ -1,5 +1,6 @@
 //! Progress while a graph runs, and the summary at its end.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -16,11 +17,14 @@ pub(super) struct Tally {
     pub(super) failed: usize,
     pub(super) cancelled: usize,
     pub(super) retried: usize,
-    /// Per kind (an index into [`Graph::kinds`]): durations of
-    /// successful runs, summarised in a bounded space.
+    /// Per kind name: durations of successful runs, summarised in a
+    /// bounded space. Entries with the same id as written (one per tile
+    /// count, say) share a row.
     pub(super) durations: Vec<Option<Durations>>,
-    /// The kinds' names, for the table.
+    /// The kinds' distinct names, for the table.
     kinds: Vec<String>,
+    /// Per entry of the graph ([`Graph::kinds`]), its row in `kinds`.
+    row_of_entry: Vec<usize>,
     /// Failure messages, in the order they happened.
     pub(super) failures: Vec<String>,
     /// Released work no executor offers to run, per context, when last
@@ -30,6 +34,18 @@ pub(super) struct Tally {
 
 impl Tally {
     pub(super) fn new(graph: &Graph, skipped: usize) -> Tally {
+        // A file may have hundreds of thousands of entries: rows by name
+        // through a map, not a search per entry.
+        let mut kinds: Vec<String> = Vec::new();
+        let mut row_of: HashMap<&str, usize> = HashMap::new();
+        let row_of_entry = (graph.kinds().iter())
+            .map(|kind| {
+                *row_of.entry(kind.as_str()).or_insert_with(|| {
+                    kinds.push(kind.clone());
+                    kinds.len() - 1
+                })
+            })
+            .collect();
         Tally {
             total: graph.len(),
             skipped,
@@ -37,8 +53,9 @@ impl Tally {
             failed: 0,
             cancelled: 0,
             retried: 0,
-            durations: vec![None; graph.kinds().len()],
-            kinds: graph.kinds().to_vec(),
+            durations: vec![None; kinds.len()],
+            kinds,
+            row_of_entry,
             failures: Vec::new(),
             unoffered: Vec::new(),
         }
@@ -57,7 +74,7 @@ impl Tally {
                 }
                 if result.is_success() {
                     self.done += 1;
-                    self.durations[graph.kind_of(n)]
+                    self.durations[self.row_of_entry[graph.kind_of(n)]]
                         .get_or_insert_with(Durations::default)
                         .add(result.duration.as_secs_f64());
                 } else {
