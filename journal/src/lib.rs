@@ -30,20 +30,28 @@ const READ_MAP_BYTES: i64 = 1 << 30;
 const INSERT_ACTIVITY: &str = "INSERT INTO activities(id, kind, context, spec_hash, state, run)
      VALUES (?1, ?2, ?3, ?4, 'pending', ?5)";
 
-/// An activity declared again (a resume): a new one is pending; a known
-/// one is pending again if it reruns (?6), and keeps its state otherwise.
-/// A row that neither reruns nor changed is left as it is (most of a
-/// resumed run's done half), and RETURNING then gives nothing.
-const UPSERT_ACTIVITY: &str = "INSERT INTO activities(id, kind, context, spec_hash, state, run)
-     VALUES (?1, ?2, ?3, ?4, 'pending', ?5)
-     ON CONFLICT(id) DO UPDATE SET
-        kind = excluded.kind, context = excluded.context, spec_hash = excluded.spec_hash,
-        state = CASE WHEN ?6 THEN 'pending' ELSE state END,
-        run = CASE WHEN ?6 THEN excluded.run ELSE run END,
-        message = CASE WHEN ?6 THEN NULL ELSE message END
-     WHERE ?6 OR kind IS NOT excluded.kind OR context IS NOT excluded.context
-        OR spec_hash IS NOT excluded.spec_hash
-     RETURNING activity";
+/// An activity by id, for a resume: its number and what decides whether
+/// it changed.
+const FIND_ACTIVITY: &str =
+    "SELECT activity, kind, context, spec_hash FROM activities WHERE id = ?1";
+
+/// An activity a resume runs again: pending, set by this run (?5), with
+/// its kind, context and spec as declared now.
+const RERUN_ACTIVITY: &str = "UPDATE activities SET kind = ?2, context = ?3, spec_hash = ?4,
+     state = 'pending', run = ?5, message = NULL WHERE activity = ?1";
+
+/// An activity a resume skips whose kind or context changed (its spec hash
+/// did not, or it would run again): it keeps its state and the run that
+/// set it.
+const RESPEC_ACTIVITY: &str = "UPDATE activities SET kind = ?2, context = ?3, spec_hash = ?4
+     WHERE activity = ?1";
+
+/// The statements a resume's declaration runs per activity.
+struct Resume<'c> {
+    find: rusqlite::Statement<'c>,
+    rerun: rusqlite::Statement<'c>,
+    respec: rusqlite::Statement<'c>,
+}
 
 /// The schema version this crate reads and writes.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -777,11 +785,11 @@ impl Journal {
             // above for a first run) they could not be.
             let mut resume = match fresh {
                 true => None,
-                false => Some((
-                    tx.prepare(UPSERT_ACTIVITY).map_err(sqlite)?,
-                    tx.prepare("SELECT activity FROM activities WHERE id = ?1")
-                        .map_err(sqlite)?,
-                )),
+                false => Some(Resume {
+                    find: tx.prepare(FIND_ACTIVITY).map_err(sqlite)?,
+                    rerun: tx.prepare(RERUN_ACTIVITY).map_err(sqlite)?,
+                    respec: tx.prepare(RESPEC_ACTIVITY).map_err(sqlite)?,
+                }),
             };
             for a in activities {
                 let kind = kind_keys.get(a.kind).ok_or_else(|| {
@@ -802,17 +810,32 @@ impl Journal {
                 })?;
                 // The hash's 64 bits as SQLite's signed integer.
                 let hash = a.spec_hash as i64;
-                let key = if let Some((upsert, find)) = &mut resume {
-                    let changed: Option<i64> = upsert
-                        .query_row(params![a.id, kind, context, hash, run, a.rerun], |row| {
-                            row.get(0)
+                let found = match &mut resume {
+                    Some(resume) => resume
+                        .find
+                        .query_row([a.id], |row| {
+                            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
                         })
                         .optional()
-                        .map_err(sqlite)?;
-                    match changed {
-                        Some(key) => key,
-                        None => find.query_row([a.id], |row| row.get(0)).map_err(sqlite)?,
+                        .map_err(sqlite)?,
+                    None => None,
+                };
+                let key = if let (Some(resume), Some((key, was_kind, was_context, was_hash))) =
+                    (&mut resume, found)
+                {
+                    // One lookup by id, then a write by number only where
+                    // something changes: most of a resumed run's done half
+                    // is neither rerun nor changed, and is left alone.
+                    if a.rerun {
+                        (resume.rerun)
+                            .execute(params![key, kind, context, hash, run])
+                            .map_err(sqlite)?;
+                    } else if (was_kind, was_context, was_hash) != (*kind, *context, hash) {
+                        (resume.respec)
+                            .execute(params![key, kind, context, hash])
+                            .map_err(sqlite)?;
                     }
+                    key
                 } else {
                     insert
                         .execute(params![a.id, kind, context, hash, run])

@@ -129,6 +129,30 @@ fn a_resume_keeps_done_work_with_the_same_spec_and_nothing_else() {
     assert_eq!(state("c").spec_hash, u64::MAX);
     assert_eq!(state("d").kind, "k");
     assert_eq!(state("d").context, "anywhere");
+    // Declared again under another kind, still skipped: the kind follows,
+    // the state and the run that set it stay.
+    let renamed = journal
+        .declare(
+            second,
+            &names(&["k", "k2"]),
+            &contexts,
+            [ActivityDecl {
+                kind: 1,
+                ..decl("a", 1, false)
+            }],
+        )
+        .unwrap();
+    assert_eq!(renamed[0], keys[0]);
+    let a = journal
+        .activities()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == "a");
+    let a = a.unwrap();
+    assert_eq!(
+        (a.kind.as_str(), a.state, a.run),
+        ("k2", ActivityState::Done, 1)
+    );
     journal.end_run(second, RunStatus::Succeeded).unwrap();
     let runs = journal.runs().unwrap();
     assert_eq!(runs[0].status, "running");
