@@ -1,6 +1,12 @@
 //! The run journal: an embedded SQLite database that records every run of
-//! an activity graph — the graph itself, each activity's state, every
-//! attempt with where and when it ran, and the executors the run had.
+//! an activity graph — the files the graph was read from, each activity's
+//! state, every attempt with where and when it ran, and the executors the
+//! run had.
+//!
+//! It stays compact at a million activities (about 120 bytes each, one
+//! attempt apiece): names that repeat are stored once and referred to by
+//! number, and a caller refers to activities by the numbers
+//! [`Journal::declare`] returns. Reads join the names back in.
 //!
 //! Resume reads it to skip work that is done, and reports read it to draw
 //! utilization. It needs no server: it is one file, and users can query it
