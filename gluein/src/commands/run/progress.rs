@@ -102,7 +102,9 @@ impl Tally {
             self.done + self.skipped,
             self.total,
             elapsed.as_secs_f64(),
-            run as f64 / elapsed.as_secs_f64().max(1e-9),
+            // What this run settled, not what it set out to: an interrupted
+            // run would otherwise claim the rate of work it never did.
+            self.settled() as f64 / elapsed.as_secs_f64().max(1e-9),
         ));
         for (count, what) in [
             (self.skipped, "skipped as done before"),
