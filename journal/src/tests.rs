@@ -1,3 +1,8 @@
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
 use super::*;
 
 /// A fresh directory for one test.

@@ -1,0 +1,78 @@
+//! Why the journal could not be read or written.
+
+use std::path::PathBuf;
+
+use crate::open::SCHEMA_VERSION;
+
+/// Why the journal could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// SQLite refused an operation.
+    #[error("journal {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's complaint.
+        source: rusqlite::Error,
+    },
+    /// The file exists but is not a journal this version understands.
+    #[error("{path} is not a constellation journal{detail}")]
+    NotAJournal {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead, for the message.
+        detail: String,
+    },
+    /// The file is there but cannot be opened or read: permissions, a
+    /// directory that cannot be entered, an I/O error. Not a verdict on
+    /// what the file holds.
+    #[error("cannot open journal {path}: {source}")]
+    Unreadable {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's complaint.
+        source: rusqlite::Error,
+    },
+    /// The operating system refused to open the file for reading (e.g.
+    /// no read permission).
+    #[error("cannot read journal {path}: {source}")]
+    CannotRead {
+        /// The database file.
+        path: PathBuf,
+        /// The operating system's complaint.
+        source: std::io::Error,
+    },
+    /// The file is a journal of another schema version than this build's.
+    #[error(
+        "journal {path} has schema version {found}, but this build of constellation reads \
+         version {SCHEMA_VERSION} only; read it with the build that wrote it, or start a new run"
+    )]
+    OtherVersion {
+        /// The database file.
+        path: PathBuf,
+        /// The version it has.
+        found: i64,
+    },
+    /// A caller passed values that refer to nothing (a bug in the caller).
+    #[error("journal {path}: {detail}")]
+    Invalid {
+        /// The database file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
+    /// `create` found a journal already there.
+    #[error("journal {0} already exists; resume it with --resume, or choose another path")]
+    Exists(PathBuf),
+    /// `open` found nothing there.
+    #[error("journal {0} does not exist")]
+    Missing(PathBuf),
+    /// The directory for a new journal could not be made.
+    #[error("cannot create the directory for journal {path}: {source}")]
+    Directory {
+        /// The database file.
+        path: PathBuf,
+        /// The operating system's complaint.
+        source: std::io::Error,
+    },
+}
