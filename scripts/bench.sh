@@ -21,8 +21,11 @@
 #   graph_1m        `constellation run` of a sweep of 1,000,000 `true`, 2 executors, journal and
 #                   output on tmpfs (/dev/shm or $BENCH_SCRATCH): wall seconds, seconds to the
 #                   first command (the journal's first attempt), peak RSS of the runner, journal
-#                   bytes and activities/s, one line each. GRAPH_1M_ACTIVITIES sets the size
-#                   (100000 for a quick look). Both use /usr/bin/time; graph_1m reads the journal
+#                   bytes and activities/s, one line each. Then, on each run's journal: seconds for
+#                   `constellation report`, and for a `--resume` after the last half of the
+#                   activities is set back to pending (as a run killed half-way leaves them): seconds
+#                   to its first command, stopped there with SIGINT. GRAPH_1M_ACTIVITIES sets the
+#                   size (100000 for a quick look). Both use /usr/bin/time; graph_1m reads the journal
 #                   with sqlite3
 #   net_steal       200,000 trivial activities on a master with no executors, stolen over loopback
 #                   by one net-node worker with 2 executors (master-worker): activities/s, with
@@ -157,7 +160,7 @@ graph_1m_bench() {
   scratch=$(mktemp -d "${BENCH_SCRATCH:-/dev/shm}/constellation-bench-1m-XXXXXX")
   printf '%s\n' '[[activity]]' 'id = "t-{n}"' "for = { n = \"1..=$count\" }" 'command = "true"' \
     >"$scratch/sweep.toml"
-  local walls=() firsts=() rss=() journals=() rates=()
+  local walls=() firsts=() rss=() journals=() rates=() reports=() resumes=()
   for run in $(seq "$runs"); do
     local started ended status=0
     started=$(now)
@@ -184,8 +187,16 @@ graph_1m_bench() {
     rate=$(awk -v n="$count" -v w="$wall" 'BEGIN {printf "%.1f", n / w}')
     echo "graph_1m run $run: $wall s, first command after $first s, peak RSS $((kb / 1024)) MiB," \
       "journal $bytes bytes, $rate activities/s" >&2
+    local report resume
+    report=$(graph_1m_report "$exe" "$journal")
+    resume=$(graph_1m_resume "$exe" "$scratch" "$journal" "$count") || {
+      rm -rf "$scratch"
+      return 1
+    }
+    echo "graph_1m run $run: report in $report s, resume of the last half: first command after $resume s" >&2
     rm -rf "$scratch/run-$run"
     walls+=("$wall") firsts+=("$first") rss+=("$kb") journals+=("$bytes") rates+=("$rate")
+    reports+=("$report") resumes+=("$resume")
   done
   rm -rf "$scratch"
   local figure
@@ -198,6 +209,43 @@ graph_1m_bench() {
   figure graph_1m_peak_rss "$(printf '%s\n' "${rss[@]}" | median | awk '{printf "%.0f", $1 / 1024}')" MiB false
   figure graph_1m_journal_bytes "$(printf '%s\n' "${journals[@]}" | median | awk '{printf "%.0f", $1}')" B false
   figure graph_1m_rate "$(printf '%s\n' "${rates[@]}" | median)" activities/s true
+  figure graph_1m_report "$(printf '%s\n' "${reports[@]}" | median)" s false
+  figure graph_1m_resume_first_command "$(printf '%s\n' "${resumes[@]}" | median)" s false
+}
+
+# Seconds for `constellation report` of the journal at $2 (output thrown away).
+graph_1m_report() {
+  local started ended
+  started=$(now)
+  "$1" report "$2" >/dev/null 2>&1
+  ended=$(now)
+  awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}'
+}
+
+# Sets the last half of the journal's activities back to pending, as a run
+# killed half-way leaves them, then resumes the run: the seconds until the
+# resumed run's first command starts. The run is stopped there with SIGINT;
+# a resume that has not started a command after 300 s fails the benchmark.
+graph_1m_resume() {
+  local exe=$1 scratch=$2 journal=$3 count=$4 started first="" pid
+  sqlite3 "$journal" "UPDATE activities SET state = 'pending' WHERE activity > $((count / 2))"
+  started=$(now)
+  (cd "$scratch" && exec "$exe" run sweep.toml -n 2 --progress none --resume "$journal" \
+    >resume.stdout 2>resume.stderr) &
+  pid=$!
+  for _ in $(seq 1500); do
+    first=$(sqlite3 "$journal" 'SELECT min(started) FROM attempts WHERE run = 2' 2>/dev/null)
+    [ -n "$first" ] && break
+    sleep 0.2
+  done
+  kill -INT "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if [ -z "$first" ]; then
+    echo "graph_1m: the resumed run started no command in 300 s:" >&2
+    head -c 2000 "$scratch/resume.stderr" >&2
+    return 1
+  fi
+  awk -v a="$started" -v b="$first" 'BEGIN {printf "%.3f", b - a}'
 }
 
 # One process per benchmark, so none inherits another's heap.
