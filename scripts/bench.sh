@@ -217,7 +217,8 @@ graph_1m_bench() {
 graph_1m_report() {
   local started ended
   started=$(now)
-  "$1" report "$2" >/dev/null 2>&1
+  "$1" report "$2" >/dev/null 2>"$2.report-stderr" ||
+    { echo "graph_1m: constellation report failed:" >&2; head -c 2000 "$2.report-stderr" >&2; }
   ended=$(now)
   awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}'
 }
