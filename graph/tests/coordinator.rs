@@ -60,7 +60,13 @@ fn the_window_bounds_the_work_submitted_at_once() {
         assert!(Instant::now() < deadline, "{settled} of 200 settled");
     }
     assert_eq!(settled, 200);
-    assert!(most_live <= window + 2, "{most_live} live activities");
+    // The coordinator's own count is exact: never more than the window.
+    // The pool's is a sum over its executors' schedulers read one after
+    // another, so an activity stolen from one to another while they are
+    // read counts twice: at most twice the window and the two others (the
+    // coordinator and the collector), and far from the 200 a coordinator
+    // without a window puts in the pool at once.
+    assert!(most_live <= 2 * (window + 2), "{most_live} live activities");
     assert!(counts.most_in_flight(0) <= window);
     assert!(
         counts.most_in_flight(0) >= 2,
