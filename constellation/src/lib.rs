@@ -22,6 +22,7 @@ pub mod event;
 pub mod id;
 pub mod local;
 pub mod net;
+pub mod protocol;
 pub mod resources;
 pub mod sim;
 pub mod trace;

@@ -22,12 +22,12 @@ use rand::SeedableRng;
 use tokio::sync::mpsc;
 
 use super::codec::{FrameCodec, PROTOCOL};
-use super::custody::{self, Custody};
+use crate::protocol::custody::{self, Custody};
 use super::message::{
     Member, MemberStatus, Notice, RelabelRequest, Request, Response, StealRequest, WireActivity,
     WireEvent,
 };
-use super::steal::{Candidate, Strategy, Throttle};
+use crate::protocol::steal::{Candidate, Strategy, Throttle};
 use super::{MemberView, Node, NodeConfig, NodeError, Shared};
 use crate::activity::Activity;
 use crate::context::ExecutorContext;

@@ -65,11 +65,11 @@
 //! those of its second: results should be idempotent.
 
 pub mod codec;
-pub mod custody;
+
 mod driver;
 pub mod key;
 pub mod message;
-pub mod steal;
+
 pub mod transport;
 
 use std::sync::Arc;
@@ -92,7 +92,7 @@ pub use key::PoolKey;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
 pub use message::{MemberStatus, RelabelRequest};
-pub use steal::{Strategy, WideSteal};
+pub use crate::protocol::steal::{Strategy, WideSteal};
 
 /// How a node joins and behaves in a pool.
 #[derive(Debug, Clone)]

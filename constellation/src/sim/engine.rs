@@ -23,8 +23,8 @@ use crate::core::{
 };
 use crate::event::Event;
 use crate::id::{ActivityId, IdIssuer, NodeId};
-use crate::net::custody::{self, Custody};
-use crate::net::steal::{Candidate, Throttle, Victims};
+use crate::protocol::custody::{self, Custody};
+use crate::protocol::steal::{Candidate, Throttle, Victims};
 use crate::net::Strategy;
 
 /// Virtual time in nanoseconds since the start.

@@ -5,9 +5,9 @@
 //! same [`Scheduler`](crate::core::Scheduler) as the local and net drivers,
 //! with all its executors; between nodes the simulator follows the net
 //! driver's rules: victim choice and steal throttling from
-//! [`net::steal`](crate::net::steal) (master-worker, random, hierarchical),
+//! [`net::steal`](crate::protocol::steal) (master-worker, random, hierarchical),
 //! up to half of the victim's queued work per reply, and the chain of
-//! custody from [`net::custody`](crate::net::custody): an exporter keeps a
+//! custody from [`net::custody`](crate::protocol::custody): an exporter keeps a
 //! copy of each activity it hands out until the thief says it finished,
 //! and queues it again (with a higher attempt number, up to
 //! [`Model::max_attempts`]) when the thief is declared dead. Events go to

@@ -269,8 +269,8 @@ pub struct Model {
     pub message_bytes: u64,
     /// Seconds an idle executor group pauses after a full round of empty
     /// steal replies, first and at most; it doubles in between. The net
-    /// driver's [`MIN_BACKOFF`](crate::net::steal::MIN_BACKOFF) and
-    /// [`MAX_BACKOFF`](crate::net::steal::MAX_BACKOFF) by default.
+    /// driver's [`MIN_BACKOFF`](crate::protocol::steal::MIN_BACKOFF) and
+    /// [`MAX_BACKOFF`](crate::protocol::steal::MAX_BACKOFF) by default.
     #[serde(default = "default_backoff")]
     pub steal_backoff: (f64, f64),
     /// Whether a node keeps the input data it fetched, so that later
@@ -281,7 +281,7 @@ pub struct Model {
 }
 
 fn default_backoff() -> (f64, f64) {
-    use crate::net::steal::{MAX_BACKOFF, MIN_BACKOFF};
+    use crate::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
     (MIN_BACKOFF.as_secs_f64(), MAX_BACKOFF.as_secs_f64())
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use constellation::collect::MultiEventCollector;
-use constellation::net::steal::{MAX_BACKOFF, MIN_BACKOFF};
+use constellation::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
 use constellation::net::{Multiaddr, Node, NodeConfig};
 use constellation::sim::{ExecutorSpec, Model, NodeSpec, Site, Workload};
 use constellation::{

@@ -1,0 +1,25 @@
+//! The node protocol, written once: a sans-IO state machine, [`Node`],
+//! that the network driver and the simulator both drive.
+//!
+//! A node makes every decision between nodes: whom to ask for work and
+//! when, what to hand over, custody of exported work and its re-queueing
+//! when a thief dies, where an event goes next, events that come before
+//! their activity, and membership (SWIM, through [`foca`]). It does no I/O
+//! and keeps no clock: like quinn-proto's `Connection`, it is fed messages,
+//! local happenings and the time, and it is polled for what to send
+//! ([`Node::poll_transmit`]), when to wake it ([`Node::poll_timeout`]) and
+//! what its driver must know ([`Node::poll_event`]).
+//!
+//! The node's own executors are reached through [`Host`]: the local pool
+//! in production, a simulated node in the simulator.
+
+pub mod custody;
+mod host;
+mod membership;
+mod message;
+mod node;
+pub mod steal;
+
+pub use host::{Delivery, Export, Host, Routed};
+pub use message::{Envelope, MemberId, MemberInfo, Message, Notice, Travelling};
+pub use node::{Node, NodeEvent, Settings, Stats, Transmit};
