@@ -28,9 +28,9 @@ pub mod sim;
 pub mod trace;
 pub mod wire;
 
-pub use activity::{Activity, ActivityCx};
+pub use activity::{Activity, ActivityCx, Step};
 pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
-pub use core::{RelabelError, Step, SubmitError};
+pub use core::{RelabelError, SubmitError};
 pub use event::{Event, Payload, PayloadError};
 pub use id::{ActivityId, NodeId};
 pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
