@@ -22,6 +22,8 @@
 //!
 //! Start with [`Pool`] and the example in [`local`].
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod activity;
 pub mod collect;
 pub mod context;
