@@ -66,12 +66,11 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 
-use crate::activity::{panic_message, Activity, ActivityCx, Outbox};
+use crate::activity::{panic_message, Activity, ActivityCx, Outbox, Step};
 use crate::context::{ContextList, ExecutorContext};
 use crate::core::{
     Action, Call, Counts, DeliveryError, MatchTable, Origin, Outcome, Place, RelabelError,
-    Scheduler, Step, Stolen, Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason,
-    Work,
+    Scheduler, Stolen, Submission, SubmitError, Ticket, Undeliverable, UndeliverableReason, Work,
 };
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer, NodeId};

@@ -25,7 +25,7 @@ use crate::event::Event;
 use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::protocol::custody::{self, Custody};
 use crate::protocol::steal::{Candidate, Throttle, Victims};
-use crate::net::Strategy;
+use crate::protocol::steal::Strategy;
 
 /// Virtual time in nanoseconds since the start.
 type Time = u64;

@@ -57,7 +57,7 @@ mod model;
 mod report;
 mod workload;
 
-pub use crate::net::WideSteal;
+pub use crate::protocol::steal::WideSteal;
 pub use compare::{
     compare_one, compare_strategies, compare_wide_steal, ComparisonRow, ComparisonSetup,
 };

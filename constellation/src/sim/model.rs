@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use crate::context::ExecutorContext;
-use crate::net::{Strategy, WideSteal};
+use crate::protocol::steal::{Strategy, WideSteal};
 
 /// A network link: a fixed latency plus a transfer time.
 ///
