@@ -315,9 +315,9 @@ impl Driver {
         while let Some(event) = self.node.poll_event() {
             match event {
                 protocol::NodeEvent::MembersChanged => members_changed = true,
+                // The node has logged it.
                 protocol::NodeEvent::Lost { id, reason } => {
-                    tracing::error!(%id, %reason, "activity given up");
-                    self.shared.lost.lock().push((id, reason));
+                    self.shared.lost.lock().push((id, reason))
                 }
             }
         }
