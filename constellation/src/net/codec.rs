@@ -333,10 +333,14 @@ mod tests {
     }
 
     fn envelope(message: Message<PackedActivity, WireEvent>) -> Request {
-        Request::Protocol(Box::new(Envelope {
+        Request::Protocol(Box::new(signed(message)))
+    }
+
+    fn signed(message: Message<PackedActivity, WireEvent>) -> Envelope {
+        Envelope {
             from: sender(),
             message,
-        }))
+        }
     }
 
     fn requests() -> Vec<Request> {
@@ -422,8 +426,17 @@ mod tests {
             draining: false,
             members_known: 7,
         };
+        let node = NodeId::random();
         vec![
             Response::Ack,
+            Response::Reply(vec![
+                signed(Message::Loot {
+                    request: 3,
+                    activities: vec![activity(node, vec![0xca, 0xfe])],
+                }),
+                signed(Message::Swim(vec![7; 40])),
+            ]),
+            Response::Reply(Vec::new()),
             Response::Refused("not a member".to_string()),
             Response::Status(Box::new(status)),
         ]

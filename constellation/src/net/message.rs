@@ -16,10 +16,11 @@ use crate::protocol;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// A message of the node protocol ([`protocol::Message`]), with its
-    /// sender. Answered with [`Response::Ack`] once it arrived, or with
+    /// sender. Answered once it arrived, with [`Response::Ack`], or with
+    /// [`Response::Reply`] when the receiver answers it at once; with
     /// [`Response::Refused`] if the sender is not who it says it is. The
-    /// acknowledgement is the transport's: what the message means, the
-    /// receiving [`protocol::Node`] decides.
+    /// answer is the transport's: what the message means, the receiving
+    /// [`protocol::Node`] decides.
     Protocol(Box<Envelope>),
     /// "How are you doing?": answered with [`Response::Status`].
     Status,
@@ -38,6 +39,12 @@ pub enum Request {
 pub enum Response {
     /// The request arrived, or was carried out.
     Ack,
+    /// A protocol message arrived, and these are the receiver's messages
+    /// for its sender that it gave in return (a loot for a steal request,
+    /// a SWIM ack for a probe, a hello for a hello), in order. They ride
+    /// on the acknowledgement instead of taking a request each: one
+    /// stream instead of two for every question and its answer.
+    Reply(Vec<Envelope>),
     /// The request was refused; the text says why.
     Refused(String),
     /// The answer to [`Request::Status`].

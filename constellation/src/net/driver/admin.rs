@@ -6,8 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use libp2p::PeerId;
-
 use super::{Driver, InFlight};
 use crate::context::ExecutorContext;
 use crate::core::MatchTable;
@@ -100,7 +98,7 @@ impl Driver {
             let _ = reply.send(Err(format!("{node} is not a member of the pool")));
             return;
         };
-        let Ok(peer) = to.id.parse::<PeerId>() else {
+        let Some(peer) = self.peers.parse(&to.id) else {
             let _ = reply.send(Err(format!("{node} has an unreadable peer id {}", to.id)));
             return;
         };
@@ -110,10 +108,11 @@ impl Driver {
 
     /// Publishes the members the node can work with, and what the pool
     /// offers with them, to the node handle; wakes whoever waits on them.
-    pub(super) fn publish_members(&self) {
+    pub(super) fn publish_members(&mut self) {
+        let peers = &mut self.peers;
         let views: Vec<MemberView> = (self.node.members())
             .filter_map(|(id, info)| {
-                let peer = id.peer.id.parse::<PeerId>().ok()?;
+                let peer = peers.parse(&id.peer.id)?;
                 Some(MemberView {
                     node: id.node,
                     peer,

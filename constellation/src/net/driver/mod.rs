@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use libp2p::request_response::OutboundRequestId;
+use libp2p::request_response::{InboundRequestId, OutboundRequestId};
 use libp2p::{identity, Multiaddr};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -180,7 +180,11 @@ pub(crate) struct Driver {
     me: NetPeer,
     config: NodeConfig,
     in_flight: HashMap<OutboundRequestId, InFlight>,
+    /// Messages that ride on answers not yet sent, per request answered:
+    /// if the answer is lost, the node hears that they failed.
+    replies: HashMap<InboundRequestId, Vec<(NetPeer, Option<u64>)>>,
     bootstrap: swarm::Bootstrap,
+    peers: swarm::PeerIds,
     /// Events from this node's executors that could not be encoded for
     /// the wire; counted with the undeliverable ones.
     unencodable: u64,
@@ -222,7 +226,9 @@ impl Driver {
             me,
             config,
             in_flight: HashMap::new(),
+            replies: HashMap::new(),
             bootstrap,
+            peers: swarm::PeerIds::default(),
             unencodable: 0,
             started: now,
             last_report: now,

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
-use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
+use libp2p::request_response::{self, InboundRequestId, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identity, Multiaddr, PeerId, StreamProtocol, SwarmBuilder};
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
-use crate::net::message::{NetPeer, PackedActivity, Request, Response, WireEvent};
+use crate::net::message::{Envelope, NetPeer, PackedActivity, Request, Response, WireEvent};
 use crate::net::{NodeConfig, NodeError};
 use crate::protocol::Transmit;
 
@@ -126,6 +126,43 @@ impl Bootstrap {
     }
 }
 
+/// Peer ids as libp2p keeps them and as the node protocol names them
+/// (text), converted once each: base58 on every message and every member
+/// list costs more than the rest of the glue.
+#[derive(Default)]
+pub(crate) struct PeerIds {
+    by_text: HashMap<String, PeerId>,
+    texts: HashMap<PeerId, String>,
+}
+
+impl PeerIds {
+    /// The peer id `text` names, if it names one.
+    pub(crate) fn parse(&mut self, text: &str) -> Option<PeerId> {
+        if let Some(peer) = self.by_text.get(text) {
+            return Some(*peer);
+        }
+        let peer = text.parse::<PeerId>().ok()?;
+        self.forget_if_full();
+        self.by_text.insert(text.to_string(), peer);
+        Some(peer)
+    }
+
+    /// `peer` as text.
+    pub(crate) fn text(&mut self, peer: PeerId) -> &str {
+        self.forget_if_full();
+        self.texts.entry(peer).or_insert_with(|| peer.to_string())
+    }
+
+    /// Peers come and go over a long life; the cache must not grow with them.
+    fn forget_if_full(&mut self) {
+        const MOST: usize = 16 * 1024;
+        if self.by_text.len() >= MOST || self.texts.len() >= MOST {
+            self.by_text.clear();
+            self.texts.clear();
+        }
+    }
+}
+
 /// How often a node that knows no member dials its bootstrap addresses.
 const REDIAL_EVERY: Duration = Duration::from_secs(1);
 
@@ -195,8 +232,10 @@ impl Driver {
         match event {
             request_response::Event::Message { peer, message, .. } => match message {
                 request_response::Message::Request {
-                    request, channel, ..
-                } => self.on_request(peer, request, channel),
+                    request_id,
+                    request,
+                    channel,
+                } => self.on_request(peer, request_id, request, channel),
                 request_response::Message::Response {
                     request_id,
                     response,
@@ -204,14 +243,19 @@ impl Driver {
                     Some(InFlight::Query(reply)) => {
                         let _ = reply.send(Ok(response));
                     }
-                    Some(InFlight::Protocol { to, steal, .. }) => {
-                        if let Response::Ack = response {
-                            return;
+                    Some(InFlight::Protocol { to, steal, .. }) => match response {
+                        Response::Ack => {}
+                        Response::Reply(envelopes) => {
+                            for envelope in envelopes {
+                                self.receive(peer, envelope, now);
+                            }
                         }
-                        tracing::debug!(%peer, ?response, "a member refused a message");
-                        self.node
-                            .handle_send_failed(&to, steal, now, &mut self.host);
-                    }
+                        other => {
+                            tracing::debug!(%peer, response = ?other, "a member refused a message");
+                            self.node
+                                .handle_send_failed(&to, steal, now, &mut self.host);
+                        }
+                    },
                     None => {}
                 },
             },
@@ -233,7 +277,17 @@ impl Driver {
                     None => {}
                 }
             }
-            request_response::Event::InboundFailure { peer, error, .. } => {
+            request_response::Event::InboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                // Replies that rode on the answer are lost with it.
+                for (to, steal) in self.replies.remove(&request_id).unwrap_or_default() {
+                    self.node
+                        .handle_send_failed(&to, steal, now, &mut self.host);
+                }
                 // A frame we could not read: garbage, too large, or a codec
                 // mismatch. The peer is cut off; this node carries on.
                 if matches!(error, request_response::InboundFailure::Io(_)) {
@@ -244,11 +298,19 @@ impl Driver {
                     tracing::debug!(%peer, %error, "inbound request failed");
                 }
             }
-            request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::ResponseSent { request_id, .. } => {
+                self.replies.remove(&request_id);
+            }
         }
     }
 
-    fn on_request(&mut self, peer: PeerId, request: Request, channel: ResponseChannel<Response>) {
+    fn on_request(
+        &mut self,
+        peer: PeerId,
+        request_id: InboundRequestId,
+        request: Request,
+        channel: ResponseChannel<Response>,
+    ) {
         match request {
             Request::Malformed(reason) => {
                 self.node.count_refused();
@@ -257,17 +319,30 @@ impl Driver {
                 let _ = self.swarm.disconnect_peer_id(peer);
             }
             Request::Protocol(envelope) => {
-                // The pool key lets a peer in; it may still not speak for
-                // another.
-                if envelope.from.peer.id != peer.to_string() {
-                    tracing::warn!(%peer, claimed = %envelope.from.peer.id, "refused a message sent in another peer's name");
+                let sender = envelope.from.peer.id.clone();
+                if !self.receive(peer, *envelope, Instant::now()) {
                     let reason = "the sender is not the peer it names".to_string();
                     self.respond(channel, Response::Refused(reason));
                     return;
                 }
-                self.respond(channel, Response::Ack);
-                self.node
-                    .handle_message(*envelope, Instant::now(), &mut self.host);
+                // What the node says to the sender at once rides on the
+                // answer; the rest goes out as usual.
+                let mut replies = Vec::new();
+                let mut failures = Vec::new();
+                while let Some(transmit) = self.node.poll_transmit() {
+                    if transmit.to.id == sender {
+                        failures.push((transmit.to, transmit.envelope.message.steal_request()));
+                        replies.push(transmit.envelope);
+                    } else {
+                        self.transmit(transmit);
+                    }
+                }
+                if replies.is_empty() {
+                    self.respond(channel, Response::Ack);
+                } else {
+                    self.replies.insert(request_id, failures);
+                    self.respond(channel, Response::Reply(replies));
+                }
             }
             // Administration is open to any peer that got past the pool
             // key, member or not: `constellation status` asks from a node
@@ -287,6 +362,19 @@ impl Driver {
         }
     }
 
+    /// Hands a protocol message from `peer` to the node, unless it names
+    /// another sender: the pool key lets a peer in, it may still not speak
+    /// for another. Whether it was taken.
+    fn receive(&mut self, peer: PeerId, envelope: Envelope, now: Instant) -> bool {
+        if envelope.from.peer.id != self.peers.text(peer) {
+            tracing::warn!(%peer, claimed = %envelope.from.peer.id, "refused a message sent in another peer's name");
+            self.node.count_refused();
+            return false;
+        }
+        self.node.handle_message(envelope, now, &mut self.host);
+        true
+    }
+
     fn respond(&mut self, channel: ResponseChannel<Response>, response: Response) {
         if self
             .swarm
@@ -304,7 +392,7 @@ impl Driver {
         let Transmit { to, envelope } = transmit;
         let steal = envelope.message.steal_request();
         let awaited = !matches!(envelope.message, crate::protocol::Message::Swim(_));
-        let Ok(peer) = to.id.parse::<PeerId>() else {
+        let Some(peer) = self.peers.parse(&to.id) else {
             tracing::warn!(peer = %to.id, "a member has an unreadable peer id");
             self.node
                 .handle_send_failed(&to, steal, Instant::now(), &mut self.host);
