@@ -374,8 +374,10 @@ where
         for node in members {
             self.notify(node, Notice::Relabelled(self.me.executors.clone()));
         }
-        // Idle executors may want other work now.
-        self.try_steal(now, host);
+        // The driver's view of what the pool offers includes this node's
+        // own executors; idle executors may want other work now (`finish`
+        // asks for it).
+        self.members_changed = true;
         self.finish(now, host);
     }
 
@@ -497,7 +499,10 @@ where
             self.members_changed = false;
             // A new member may have work for executors that wait.
             self.try_steal(now, host);
-            self.events.push_back(NodeEvent::MembersChanged);
+            // One is enough until the driver reads the members again.
+            if !self.events.contains(&NodeEvent::MembersChanged) {
+                self.events.push_back(NodeEvent::MembersChanged);
+            }
         }
         self.flush();
     }

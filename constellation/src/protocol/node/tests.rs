@@ -146,7 +146,17 @@ struct Cluster {
 
 impl Cluster {
     fn new(count: u32) -> Self {
+        Cluster::with(count, |_| {})
+    }
+
+    /// Nodes whose settings `adjust` changes.
+    fn with(count: u32, adjust: impl Fn(&mut Settings)) -> Self {
         let now = Instant::now();
+        let settings = |i| {
+            let mut settings = settings(i);
+            adjust(&mut settings);
+            settings
+        };
         Cluster {
             now,
             nodes: (0..count)
@@ -163,7 +173,12 @@ impl Cluster {
 
     /// Every node contacts node 0, and the cluster runs for `time`.
     fn joined(count: u32, time: Duration) -> Self {
-        let mut cluster = Cluster::new(count);
+        Cluster::new(count).contacted(time)
+    }
+
+    fn contacted(self, time: Duration) -> Self {
+        let count = self.nodes.len() as u32;
+        let mut cluster = self;
         for i in 1..count {
             let now = cluster.now;
             cluster.nodes[i as usize].contact(0, now);
@@ -271,7 +286,11 @@ fn members_met_through_one_learn_each_other_by_swim() {
 
 /// Node 0 holds `count` queued activities; node 1 has an idle executor.
 fn with_work(count: usize) -> (Cluster, Vec<ActivityId>) {
-    let mut cluster = Cluster::joined(2, Duration::from_millis(100));
+    stolen_from(Cluster::joined(2, Duration::from_millis(100)), count)
+}
+
+/// Node 0 of `cluster` holds `count` queued activities, and node 1 steals.
+fn stolen_from(mut cluster: Cluster, count: usize) -> (Cluster, Vec<ActivityId>) {
     let mut ids = IdIssuer::new(settings(0).node, 0);
     let work: Vec<ActivityId> = (0..count).map(|_| ids.issue()).collect();
     cluster.hosts[0].queued = work.clone();
@@ -439,4 +458,42 @@ fn a_leaving_member_is_no_victim_and_is_removed_after_the_failure_timeout() {
         0,
         "it left, it did not die"
     );
+}
+
+#[test]
+fn work_whose_thieves_died_too_often_is_given_up_at_its_origin() {
+    let cluster = Cluster::with(2, |s| s.max_attempts = 1).contacted(Duration::from_millis(100));
+    let (mut cluster, work) = stolen_from(cluster, 2);
+    cluster.dead[1] = true;
+    cluster.run_for(Duration::from_secs(4));
+    assert!(cluster.hosts[0].reclaimed.is_empty());
+    assert_eq!(
+        cluster.hosts[0].settled,
+        vec![work[0]],
+        "its pointers dropped"
+    );
+    let lost: Vec<&NodeEvent> = (cluster.events[0].iter())
+        .filter(|event| matches!(event, NodeEvent::Lost { .. }))
+        .collect();
+    assert!(
+        matches!(lost[..], [NodeEvent::Lost { id, .. }] if *id == work[0]),
+        "{lost:?}"
+    );
+    assert_eq!(cluster.nodes[0].stats().lost, 1);
+}
+
+#[test]
+fn loot_that_reaches_a_leaving_thief_goes_back_to_be_queued_again() {
+    let mut cluster = Cluster::joined(2, Duration::from_millis(100));
+    let mut ids = IdIssuer::new(settings(0).node, 0);
+    let work = vec![ids.issue(), ids.issue()];
+    cluster.hosts[0].queued = work.clone();
+    cluster.hosts[1].idle = 1;
+    let now = cluster.now;
+    cluster.nodes[1].handle_idle(now, &mut cluster.hosts[1]);
+    // The thief leaves while its request is on its way.
+    cluster.nodes[1].leave(now, &mut cluster.hosts[1]);
+    cluster.run_for(Duration::from_millis(10));
+    assert!(cluster.hosts[1].imported.is_empty());
+    assert_eq!(cluster.hosts[0].reclaimed, vec![(work[0], 0)], "as it left");
 }
