@@ -280,7 +280,7 @@ where
             return;
         }
         match message {
-            Message::Swim(packet) => self.on_swim(&packet, now, host),
+            Message::Swim(packet) => self.on_swim(&packet, now),
             Message::Hello { info, answer } => self.on_hello(&from, info, answer, now),
             Message::Steal {
                 request,
@@ -334,7 +334,7 @@ where
     pub fn handle_timeout(&mut self, now: Instant, host: &mut H) {
         while let Some(due) = self.timers.pop_due(now) {
             match due {
-                Due::Swim(timer) => self.on_swim_timer(timer, now, host),
+                Due::Swim(timer) => self.on_swim_timer(timer, now),
                 Due::StealRetry => {
                     if self.steal_retry.is_some_and(|at| at <= now) {
                         self.steal_retry = None;
@@ -342,6 +342,7 @@ where
                     self.try_steal(now, host);
                 }
                 Due::EarlyEvents(id) => self.expire_early(id, now),
+                Due::DownGrace { node, bump } => self.down_grace_over(node, bump, host),
                 Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, host),
             }
         }
@@ -404,7 +405,7 @@ where
         if let Err(error) = self.swim.leave_cluster(&mut self.effects) {
             tracing::debug!(%error, "SWIM could not say goodbye");
         }
-        self.drain_swim(now, host);
+        self.drain_swim(now);
         self.finish(now, host);
     }
 
@@ -494,7 +495,7 @@ where
     /// asked for work, notices sent (one message per destination), and
     /// the driver told what changed.
     fn finish(&mut self, now: Instant, host: &mut H) {
-        self.drain_swim(now, host);
+        self.drain_swim(now);
         if self.members_changed {
             self.members_changed = false;
             // A new member may have work for executors that wait.
