@@ -64,8 +64,11 @@ pub struct Settings {
     pub wide_steal: WideSteal,
     /// The bound on declaring a silent member dead: SWIM suspects it after
     /// a failed probe and declares it down if it does not refute within
-    /// this time. Also how long a member that said it leaves is given for
-    /// its last notices.
+    /// this time; what it held is queued again one probe period later (a
+    /// grace for a `Leaving` that SWIM's goodbye overtook). A silent member
+    /// is so given up within about `failure_timeout + 3 × probe_period`.
+    /// Also how long a member that said it leaves is given for its last
+    /// notices.
     pub failure_timeout: Duration,
     /// How often SWIM probes a member at random.
     pub probe_period: Duration,
