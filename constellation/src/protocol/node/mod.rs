@@ -190,6 +190,10 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     timers: Timers<P>,
     rng: StdRng,
     stats: Stats,
+    /// The peers this node was told to contact (bootstrap addresses).
+    contacts: Vec<P>,
+    /// Whether a timer to contact them again is set.
+    recontact_set: bool,
     /// Whether idle executors may ask other nodes for work.
     stealing: bool,
     leaving: bool,
@@ -249,6 +253,8 @@ where
             members_changed: false,
             timers: Timers::new(),
             stats: Stats::default(),
+            contacts: Vec::new(),
+            recontact_set: false,
             stealing: true,
             leaving: false,
         }
@@ -261,13 +267,20 @@ where
 
     /// Introduces this node to a peer it was told of (a bootstrap address):
     /// the peer's hello names it, and SWIM then spreads the membership.
+    ///
+    /// While this node knows no live member, it says hello to the peers it
+    /// was told of again every probe period: a bootstrap node may not be up
+    /// yet, and a node cut off from all others finds its way back.
     pub fn contact(&mut self, peer: P, now: Instant) {
-        let _ = now;
-        let hello = Message::Hello {
-            info: self.me.clone(),
-            answer: true,
-        };
-        self.send(peer, hello);
+        if !self.contacts.contains(&peer) {
+            self.contacts.push(peer.clone());
+        }
+        if !self.recontact_set {
+            self.recontact_set = true;
+            self.timers
+                .set(now + self.settings.probe_period, Due::Recontact);
+        }
+        self.say_hello(peer);
     }
 
     /// A message from another node.
@@ -345,6 +358,7 @@ where
                     self.try_steal(now, host);
                 }
                 Due::EarlyEvents(id) => self.expire_early(id, now),
+                Due::Recontact => self.recontact(now),
                 Due::DownGrace { node, bump } => self.down_grace_over(node, bump, host),
                 Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, host),
             }

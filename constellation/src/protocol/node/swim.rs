@@ -117,6 +117,31 @@ where
         }
     }
 
+    /// Asks `peer` who it is and what it offers, saying the same.
+    pub(super) fn say_hello(&mut self, peer: P) {
+        let hello = Message::Hello {
+            info: self.me.clone(),
+            answer: true,
+        };
+        self.send(peer, hello);
+    }
+
+    /// The peers this node was told to contact hear from it again while it
+    /// knows no live member; the check repeats every probe period.
+    pub(super) fn recontact(&mut self, now: Instant) {
+        if self.leaving {
+            self.recontact_set = false;
+            return;
+        }
+        if self.swim.num_members() == 0 {
+            for peer in self.contacts.clone() {
+                self.say_hello(peer);
+            }
+        }
+        let at = now + self.settings.probe_period;
+        self.timers.set(at, Due::Recontact);
+    }
+
     /// A hello: what a member offers, and maybe a request to say hello back.
     pub(super) fn on_hello(
         &mut self,
@@ -156,11 +181,7 @@ where
             self.members_changed();
         }
         if ask && !self.leaving {
-            let hello = Message::Hello {
-                info: self.me.clone(),
-                answer: true,
-            };
-            self.send(peer, hello);
+            self.say_hello(peer);
         }
     }
 

@@ -516,3 +516,17 @@ fn a_full_round_of_empty_replies_pauses_the_thief() {
     cluster.run_for(pause);
     assert_eq!(cluster.nodes[2].stats().steal_requests, 4, "a new round");
 }
+
+#[test]
+fn a_node_says_hello_again_until_its_bootstrap_peer_answers() {
+    let mut cluster = Cluster::new(2);
+    cluster.dead[0] = true;
+    let now = cluster.now;
+    cluster.nodes[1].contact(0, now);
+    cluster.run_for(Duration::from_secs(1));
+    assert!(cluster.usable_members(1).is_empty());
+    cluster.dead[0] = false;
+    cluster.run_for(Duration::from_millis(500));
+    assert_eq!(cluster.usable_members(1), vec![settings(0).node]);
+    assert_eq!(cluster.usable_members(0), vec![settings(1).node]);
+}

@@ -15,6 +15,9 @@ pub(super) enum Due<P> {
     Swim(foca::Timer<MemberId<P>>),
     /// A steal pause is over: idle executors may ask again.
     StealRetry,
+    /// Time to say hello again to the peers this node was told to
+    /// contact, if it still knows no live member.
+    Recontact,
     /// Events that came before their activity have waited long enough.
     EarlyEvents(ActivityId),
     /// A member SWIM declared down has had a moment for its `Leaving` to
