@@ -48,7 +48,8 @@ where
     }
 
     /// Carries out what SWIM asked for: packets to send, timers to set,
-    /// and members that came up, went down or were renamed.
+    /// and members that came up, went down or were renamed. (What follows
+    /// a notification does not call SWIM again, so one pass drains it.)
     pub(super) fn drain_swim(&mut self, now: Instant) {
         while let Some((to, packet)) = self.effects.to_send() {
             self.send(to.peer, Message::Swim(packet.to_vec()));
@@ -72,13 +73,6 @@ where
                 OwnedNotification::Defunct => tracing::debug!("SWIM: out of the pool"),
                 #[allow(unreachable_patterns)]
                 _ => {}
-            }
-            // What a notification set off may have asked SWIM for more.
-            while let Some((to, packet)) = self.effects.to_send() {
-                self.send(to.peer, Message::Swim(packet.to_vec()));
-            }
-            while let Some((after, timer)) = self.effects.to_schedule() {
-                self.timers.set(now + after, Due::Swim(timer));
             }
         }
     }
