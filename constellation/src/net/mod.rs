@@ -39,7 +39,8 @@
 //! executors offer. SWIM probes members at random; a member that does not
 //! answer is suspected, and declared dead if it does not refute that within
 //! [`NodeConfig::failure_timeout`]. A node starved of CPU for a while is
-//! suspected, refutes, and stays a member.
+//! suspected, refutes, and stays a member; one that was declared dead all
+//! the same rejoins under a renewed identity.
 //!
 //! # Stealing
 //! An executor that finds nothing on its node goes to sleep and the node
@@ -131,7 +132,10 @@ pub struct NodeConfig {
     /// for (by default: what the idle executors can start, doubling while
     /// the site stays dry).
     pub wide_steal: WideSteal,
-    /// How long a member may be unreachable before it is declared dead.
+    /// How long a member SWIM suspects (it missed a probe) has to show it
+    /// is alive before it is declared dead. SWIM probes every half of this
+    /// (at most every 2 s), so a member that died is given up about this
+    /// plus three probe periods later: 7.5 s for the default 3 s.
     pub failure_timeout: Duration,
     /// How many times an activity may be handed out before it is given up
     /// when the nodes running it die.
