@@ -2,7 +2,7 @@
 //!
 //! Every decision between nodes (whom to ask for work, what to hand over,
 //! custody, where an event goes, who is a member) is made by a
-//! [`protocol::Node`](crate::protocol::Node). The driver only carries:
+//! [`protocol::Node`]. The driver only carries:
 //! messages from the swarm and happenings from the executor threads go in,
 //! what the node wants sent goes out as requests, and a timer wakes the
 //! node when it asked to be woken. The local pool is the node's

@@ -411,9 +411,13 @@ impl Driver {
         to: &NetPeer,
         request: Request,
     ) -> request_response::OutboundRequestId {
-        let addrs = (to.addrs.iter())
-            .filter_map(|a| a.parse::<Multiaddr>().ok())
-            .collect();
+        // Addresses matter only for a dial.
+        let addrs = match self.swarm.is_connected(&peer) {
+            true => Vec::new(),
+            false => (to.addrs.iter())
+                .filter_map(|a| a.parse::<Multiaddr>().ok())
+                .collect(),
+        };
         self.swarm
             .behaviour_mut()
             .send_request_with_addresses(&peer, request, addrs)
