@@ -20,7 +20,7 @@ use libp2p::{identity, Multiaddr, PeerId, StreamProtocol, SwarmBuilder};
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
-use crate::net::message::{Envelope, NetPeer, PackedActivity, Request, Response, WireEvent};
+use crate::net::message::{Envelope, NetPeer, Request, Response};
 use crate::net::{NodeConfig, NodeError};
 use crate::protocol::Transmit;
 
@@ -329,7 +329,7 @@ impl Driver {
                 // answer; the rest goes out as usual.
                 let mut replies = Vec::new();
                 let mut failures = Vec::new();
-                while let Some(transmit) = self.node.poll_transmit() {
+                for transmit in self.poll_transmits() {
                     if transmit.to.id == sender {
                         failures.push((transmit.to, transmit.envelope.message.steal_request()));
                         replies.push(transmit.envelope);
@@ -388,7 +388,7 @@ impl Driver {
 
     /// Sends one message of the node, dialling its peer at the addresses
     /// it announced if there is no connection.
-    pub(super) fn transmit(&mut self, transmit: Transmit<NetPeer, PackedActivity, WireEvent>) {
+    pub(super) fn transmit(&mut self, transmit: super::NetTransmit) {
         let Transmit { to, envelope } = transmit;
         let steal = envelope.message.steal_request();
         let awaited = !matches!(envelope.message, crate::protocol::Message::Swim(_));
