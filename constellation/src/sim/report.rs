@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::id::ActivityId;
-use crate::net::Strategy;
+use crate::protocol::steal::Strategy;
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,8 +106,14 @@ pub struct MessageCounts {
     pub events: u64,
     /// Messages of any kind between different sites.
     pub wide_area: u64,
-    /// Messages lost because their destination had died.
+    /// Messages lost because their destination had died (or had not
+    /// joined yet).
     pub dropped: u64,
+    /// Membership messages: SWIM probes, acknowledgements and gossip, and
+    /// the hellos and goodbyes in which members say what they offer.
+    /// [`wide_area`](Self::wide_area) counts those between sites too.
+    #[serde(default)]
+    pub membership: u64,
     /// Input transfers from another site.
     pub wide_area_transfers: u64,
     /// Bytes of those transfers.
