@@ -1,7 +1,7 @@
 //! The [`Activity`] trait and the [`ActivityCx`] it is called with.
 
 use crate::context::{ContextList, ExecutorContext};
-use crate::core::{MatchTable, Step, Submission, SubmitError};
+use crate::core::{MatchTable, Submission, SubmitError};
 use crate::event::{Event, PayloadValue};
 use crate::id::{ActivityId, IdIssuer};
 use crate::resources::Resources;
@@ -54,6 +54,15 @@ pub trait Activity: Send + 'static {
 
     /// Called once after the activity finishes.
     fn cleanup(&mut self, _cx: &mut ActivityCx<'_>) {}
+}
+
+/// What an activity asks for when a call returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Keep the activity and call `process` when an event arrives.
+    Suspend,
+    /// The activity is done; call `cleanup` and forget it.
+    Finish,
 }
 
 /// The text of a caught panic's payload, for reports: the message of a

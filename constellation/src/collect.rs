@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::activity::{Activity, ActivityCx};
+use crate::activity::{Activity, ActivityCx, Step};
 use crate::context::ContextList;
-use crate::core::Step;
 use crate::event::Event;
 
 #[derive(Default)]

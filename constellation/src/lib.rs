@@ -10,9 +10,19 @@
 //!
 //! The scheduling logic is one deterministic state machine,
 //! [`core::Scheduler`], with no threads or I/O. Drivers feed it: [`local`]
-//! runs executor threads inside one process.
+//! runs executor threads inside one process; `net` joins processes into one
+//! pool over the network, each process one node of the node [`protocol`];
+//! and [`sim`] runs that protocol on a modelled network in virtual time.
+//!
+//! # Features
+//! - `net` (on by default): the network driver, `constellation::net`, on
+//!   libp2p and tokio. Without it (`default-features = false`) the crate
+//!   builds the model, the core, the local driver, the node protocol and
+//!   the simulator, and pulls in no async runtime or network stack.
 //!
 //! Start with [`Pool`] and the example in [`local`].
+
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod activity;
 pub mod collect;
@@ -21,6 +31,7 @@ pub mod core;
 pub mod event;
 pub mod id;
 pub mod local;
+#[cfg(feature = "net")]
 pub mod net;
 pub mod protocol;
 pub mod resources;
@@ -28,9 +39,9 @@ pub mod sim;
 pub mod trace;
 pub mod wire;
 
-pub use activity::{Activity, ActivityCx};
+pub use activity::{Activity, ActivityCx, Step};
 pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
-pub use core::{RelabelError, Step, SubmitError};
+pub use core::{RelabelError, SubmitError};
 pub use event::{Event, Payload, PayloadError};
 pub use id::{ActivityId, NodeId};
 pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};

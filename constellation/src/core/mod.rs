@@ -37,15 +37,6 @@ use queue::{End, EntryRef, QueueSet};
 /// Index of an executor within its node.
 pub type ExecutorIndex = usize;
 
-/// What an activity asks for when a call returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Keep the activity and call `process` when an event arrives.
-    Suspend,
-    /// The activity is done; call `cleanup` and forget it.
-    Finish,
-}
-
 /// Where an activity went when it was stolen. The driver gives places their
 /// meaning (an executor's shard, later a node); the core only remembers them
 /// so that events can follow the activity.

@@ -58,8 +58,7 @@ mod tracking;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use constellation::core::Step;
-use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event};
+use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event, Step};
 use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
