@@ -12,13 +12,21 @@
 #
 # Environment:
 #   RUNS                       how many runs (default 10)
+#   FAIL_FAST                  1: stop after the first failed run (a failing
+#                              run can take the test's whole 100 s limit)
 #   BUSY                       how many busy loops (default: nproc, one per core)
 #   CONSTELLATION_TEST_NODES   nodes per run (default 50; the test's own knob)
 #   RUST_LOG                   passed to the test (e.g. constellation=debug)
 #
 # The test binary is built once, in the debug profile, before the busy loops
-# start (package constellation-workloads, test target net_membership); each
-# run then executes that binary with the test's exact name as its filter.
+# start: `cargo test --workspace --test net_membership --no-run`. Selecting
+# the whole workspace gives the same features, hence the same artifacts, as
+# `cargo test --workspace` (scripts/test.sh): after the suite it builds
+# nothing, and alone it builds only what this one test needs. (With
+# `-p constellation-workloads` cargo would unify features over that package
+# only, and build second copies of the crates whose features then differ
+# (rand_chacha, serde_json, ...) and of all above them.) Each run then
+# executes that binary with the test's exact name as its filter.
 # Each run's output goes to $CARGO_TARGET_DIR/membership-under-load/run-N.log
 # (target/ by default); a failed run's panic message is printed too. The busy
 # loops are killed however the script ends (a trap on EXIT, INT and TERM).
@@ -38,6 +46,7 @@ esac
 
 test_name=fifty_nodes_learn_each_other
 runs=${RUNS:-10}
+fail_fast=${FAIL_FAST:-0}
 busy=${BUSY:-$(nproc)}
 for value in "$runs" "$busy"; do
   if ! [[ "$value" =~ ^[0-9]+$ ]]; then
@@ -50,16 +59,15 @@ if [ "$runs" -lt 1 ]; then
   exit 2
 fi
 
-# Seconds since the epoch with a fraction, without forking where bash can.
-now() {
-  if [ -n "${EPOCHREALTIME:-}" ]; then echo "$EPOCHREALTIME"; else date +%s.%N; fi
-}
+# Seconds since the epoch with a fraction. (Not $EPOCHREALTIME: its decimal
+# point follows the locale, and awk would misread a comma.)
+now() { date +%s.%N; }
 
-echo "==> building the test binary (cargo test -p constellation-workloads --test net_membership --no-run)"
+echo "==> building the test binary (cargo test --workspace --test net_membership --no-run)"
 # The JSON messages name the test binary; the human output only says it on
 # stderr. The package's bins are built too (for CARGO_BIN_EXE_*) and have
 # executables of their own, so pick the artifact of the test target.
-messages=$(cargo test -p constellation-workloads --test net_membership --no-run --locked \
+messages=$(cargo test --workspace --test net_membership --no-run --locked \
   --message-format=json-render-diagnostics)
 binary=$(printf '%s\n' "$messages" \
   | grep '"reason":"compiler-artifact"' \
@@ -110,9 +118,11 @@ done
 echo "busy loops: ${loops[*]:-none}"
 
 passed=0
+ran=0
 total_start=$(now)
 for run in $(seq 1 "$runs"); do
   log="$logs/run-${run}.log"
+  ran=$run
   start=$(now)
   status=0
   # In the background and waited for: bash runs a trap only once the
@@ -135,10 +145,16 @@ for run in $(seq 1 "$runs"); do
     # The panic message says what was missing: which node knew whom.
     grep -E "panicked|membership incomplete|knows the wrong|took longer" "$log" | head -n 5 \
       | cut -c1-600 | sed 's/^/    /' || true
+    if [ "$fail_fast" = 1 ] && [ "$run" -lt "$runs" ]; then
+      echo "FAIL_FAST=1: the remaining $((runs - run)) run(s) are skipped"
+      break
+    fi
   fi
 done
 total=$(awk -v a="$total_start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }')
 
 stop_all
-echo "==> passed ${passed} of ${runs} (${busy} busy loop(s), ${total} s in all; logs in ${logs})"
+skipped=""
+[ "$ran" -eq "$runs" ] || skipped=", $((runs - ran)) not run"
+echo "==> passed ${passed} of ${runs} (${busy} busy loop(s)${skipped}, ${total} s in all; logs in ${logs})"
 [ "$passed" -eq "$runs" ]

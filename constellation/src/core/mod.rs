@@ -21,6 +21,7 @@
 
 mod matching;
 mod queue;
+pub mod shards;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

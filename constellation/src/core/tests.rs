@@ -630,3 +630,109 @@ fn thieves_from_other_nodes_find_nothing_without_searching_node_bound_work() {
     }
     assert_eq!(ran, bound);
 }
+
+/// A node of single-executor schedulers, one per context, as
+/// [`shards::Shards`] sees a slice of them.
+fn node(executors: &[&str]) -> Vec<Scheduler<&'static str>> {
+    let node = NodeId::from_u128(7);
+    let contexts: Vec<ExecutorContext> = executors.iter().map(|c| c.parse().unwrap()).collect();
+    let pool = Arc::new(MatchTable::new(&contexts));
+    (contexts.into_iter())
+        .map(|context| Scheduler::in_pool(node, vec![context], pool.clone()))
+        .collect()
+}
+
+#[test]
+fn an_idle_executor_steals_from_the_next_shard_round_from_its_own() {
+    let mut shards = node(&["anywhere", "anywhere", "anywhere"]);
+    let mut ids = IdIssuer::new(NodeId::from_u128(7), 1);
+    let first = submit_to(&mut shards[1], &mut ids, "first", "anywhere");
+    let second = submit_to(&mut shards[1], &mut ids, "second", "anywhere");
+    submit_to(&mut shards[2], &mut ids, "third", "anywhere");
+    let anywhere = ExecutorContext::anywhere();
+
+    let work = shards::steal_for(&mut shards[..], 0, &anywhere).expect("shard 1 has work");
+    assert_eq!(work.ticket.id(), first, "the next shard, oldest first");
+    assert_eq!(
+        shards[0].counts().running,
+        1,
+        "it runs in the thief's shard"
+    );
+    assert_eq!(shards[1].counts().queued, 1);
+    // Shard 2's executor looks at shard 0 (nothing queued) before shard 1.
+    shards[0].complete(work.ticket, Outcome::Finish);
+    let work = shards::steal_for(&mut shards[..], 2, &anywhere).expect("shard 1 has work");
+    assert_eq!(work.ticket.id(), second);
+    // The finished activity's trail names the shard it came from.
+    assert!(matches!(
+        shards[0].poll_action(),
+        Some(Action::ForgetForwards { id, places }) if id == first && places == [Place(1)]
+    ));
+}
+
+#[test]
+fn an_idle_executor_steals_only_what_it_can_run() {
+    let mut shards = node(&["CPU", "GPU", "anywhere"]);
+    let mut ids = IdIssuer::new(NodeId::from_u128(7), 1);
+    submit_to(&mut shards[1], &mut ids, "kernel", "GPU");
+    let cpu: ExecutorContext = "CPU".parse().unwrap();
+    assert!(shards::steal_for(&mut shards[..], 0, &cpu).is_none());
+    assert_eq!(shards[1].counts().queued, 1, "the kernel stays");
+    let job = submit_to(&mut shards[2], &mut ids, "job", "CPU");
+    let work = shards::steal_for(&mut shards[..], 0, &cpu).expect("shard 2 has CPU work");
+    assert_eq!(work.ticket.id(), job);
+    // Events for it go to its old shard, which points to the thief's.
+    let outside = ids.issue();
+    let Err(DeliveryError::Moved { to, .. }) = shards[2].deliver(event(outside, job, 1)) else {
+        panic!("shard 2 must forward");
+    };
+    assert_eq!(to, Place(0));
+}
+
+#[test]
+fn an_export_takes_the_thiefs_first_context_from_every_shard_before_its_next() {
+    let mut shards = node(&["anywhere", "GPU,anywhere", "anywhere"]);
+    let mut ids = IdIssuer::new(NodeId::from_u128(7), 1);
+    let old = submit_to(&mut shards[0], &mut ids, "old", "anywhere");
+    let kernel = submit_to(&mut shards[2], &mut ids, "kernel", "GPU");
+    let newer = submit_to(&mut shards[2], &mut ids, "newer", "anywhere");
+    let thief: ExecutorContext = "GPU,anywhere".parse().unwrap();
+    let off_node = Place(u64::MAX);
+
+    let loot = shards::export(&mut shards[..], &thief, 2, 0, off_node);
+    let taken: Vec<(ActivityId, Vec<Place>)> =
+        loot.iter().map(|s| (s.id, s.trail.clone())).collect();
+    assert_eq!(
+        taken,
+        [(kernel, vec![Place(2)]), (old, vec![Place(0)])],
+        "the GPU work from shard 2 before shard 0's, each trail ending at its shard"
+    );
+    let outside = ids.issue();
+    let Err(DeliveryError::Moved { to, .. }) = shards[0].deliver(event(outside, old, 1)) else {
+        panic!("shard 0 must forward");
+    };
+    assert_eq!(to, off_node);
+    // Starting at shard 2 this time; at most `max`.
+    let loot = shards::export(&mut shards[..], &thief, 5, 2, off_node);
+    assert_eq!(loot.iter().map(|s| s.id).collect::<Vec<_>>(), [newer]);
+}
+
+#[test]
+fn an_export_leaves_work_that_may_not_leave_the_node() {
+    let mut shards = node(&["anywhere", "anywhere"]);
+    let mut ids = IdIssuer::new(NodeId::from_u128(7), 1);
+    let bound = ids.issue();
+    let submission = Submission {
+        id: bound,
+        body: "bound",
+        contexts: ContextList::anywhere(),
+        stealable: false,
+    };
+    shards[1].submit(Origin::Outside, submission).unwrap();
+    let anywhere = ExecutorContext::anywhere();
+    assert!(shards::export(&mut shards[..], &anywhere, 4, 0, Place(u64::MAX)).is_empty());
+    // Another executor of the node may still take it.
+    let work =
+        shards::steal_for(&mut shards[..], 0, &anywhere).expect("it may move within the node");
+    assert_eq!(work.ticket.id(), bound);
+}

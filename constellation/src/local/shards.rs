@@ -16,6 +16,7 @@ use super::park::{CachePadded, Parker};
 use super::uplink::{Outgoing, Uplink, OFF_NODE};
 use super::Boxed;
 use crate::context::{ContextList, ExecutorContext};
+use crate::core::shards::{self, Shards};
 use crate::core::{
     Action, Counts, MatchTable, Origin, Place, Scheduler, Submission, Undeliverable,
     UndeliverableReason, Work,
@@ -401,32 +402,22 @@ impl Shared {
         credit: &mut i64,
         effects: &mut Effects,
     ) -> Option<Work<Boxed>> {
-        let shards = self.shards.len();
-        for step in 1..shards {
-            let victim = (thief + step) % shards;
-            if !self.may_have_work(victim) {
-                continue;
-            }
-            let mut stolen = self.session(victim, credit, effects, |core| {
-                core.steal(context, 1, Place(thief as u64))
-            });
-            if stolen.is_empty() {
-                continue;
-            }
-            for activity in &mut stolen {
-                activity.trail.push(Place(victim as u64));
-            }
-            return self.session(thief, credit, effects, |core| {
-                for activity in stolen {
-                    let id = activity.id;
-                    if let Err(error) = core.accept(0, activity) {
-                        tracing::error!(%id, %error, "stolen activity refused");
-                    }
-                }
-                core.next_work(0)
-            });
+        shards::steal_for(&mut self.sessions(credit, effects), thief, context)
+    }
+
+    /// The shards as the core's steal loops enter them: each entry is a
+    /// [`session`](Shared::session) of one operation, with its credit and
+    /// effects.
+    pub(super) fn sessions<'a>(
+        &'a self,
+        credit: &'a mut i64,
+        effects: &'a mut Effects,
+    ) -> Sessions<'a> {
+        Sessions {
+            shared: self,
+            credit,
+            effects,
         }
-        None
     }
 
     pub(super) fn now_ns(&self) -> u64 {
@@ -441,6 +432,29 @@ impl Shared {
             .fold(Counts::default(), Counts::merge);
         counts.undeliverable += self.undeliverable.load(Ordering::Relaxed);
         counts
+    }
+}
+
+/// One operation's way into the shards, for [`shards::steal_for`] and
+/// [`shards::export`].
+pub(super) struct Sessions<'a> {
+    shared: &'a Shared,
+    credit: &'a mut i64,
+    effects: &'a mut Effects,
+}
+
+impl Shards<Boxed> for Sessions<'_> {
+    fn count(&self) -> usize {
+        self.shared.shards.len()
+    }
+
+    fn may_have_work(&self, shard: usize) -> bool {
+        self.shared.may_have_work(shard)
+    }
+
+    fn enter<R>(&mut self, shard: usize, operate: impl FnOnce(&mut Scheduler<Boxed>) -> R) -> R {
+        self.shared
+            .session(shard, self.credit, self.effects, operate)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::shards::Effects;
 use super::{Boxed, Pool};
 use crate::context::ExecutorContext;
+use crate::core::shards;
 use crate::core::{DeliveryError, Place, Stolen, SubmitError, Undeliverable};
 use crate::event::Event;
 use crate::id::ActivityId;
@@ -114,35 +115,9 @@ impl Pool {
         let shared = &self.shared;
         let mut effects = Effects::default();
         let mut credit = 0;
-        let mut loot = Vec::new();
-        let shards = shared.shards.len();
         let start = shared.round_robin.fetch_add(1, Ordering::Relaxed);
-        // The thief's contexts in its priority order, each over all shards:
-        // one shard's work for a later context must not go while another
-        // shard holds work for an earlier one (a thief's own site first).
-        for offered in &thief.contexts {
-            let single = ExecutorContext {
-                contexts: vec![*offered],
-                preference: thief.preference,
-            };
-            for step in 0..shards {
-                if loot.len() >= max {
-                    break;
-                }
-                let victim = (start + step) % shards;
-                if !shared.may_have_work(victim) {
-                    continue;
-                }
-                let wanted = max - loot.len();
-                let mut stolen = shared.session(victim, &mut credit, &mut effects, |core| {
-                    core.steal_off_node(&single, wanted, OFF_NODE)
-                });
-                for activity in &mut stolen {
-                    activity.trail.push(Place(victim as u64));
-                }
-                loot.extend(stolen);
-            }
-        }
+        let mut sessions = shared.sessions(&mut credit, &mut effects);
+        let loot = shards::export(&mut sessions, thief, max, start, OFF_NODE);
         credit -= loot.len() as i64;
         shared.perform(&mut effects, &mut credit);
         shared.settle(&mut credit);

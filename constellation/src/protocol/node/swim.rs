@@ -1,0 +1,248 @@
+//! Membership: SWIM's packets and timers, hellos, and members that come
+//! up, go down or leave.
+//!
+//! SWIM (foca) decides who is up; this module carries out what follows:
+//! it asks a new member what it offers (its hello), takes back what a dead
+//! member held for this node, and gives a member that said it leaves the
+//! failure timeout for its last notices before doing the same.
+
+use std::fmt;
+use std::hash::Hash;
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use foca::OwnedNotification;
+
+use super::timers::Due;
+use super::Node;
+use crate::id::NodeId;
+use crate::protocol::host::Host;
+use crate::protocol::message::{MemberId, MemberInfo, Message};
+
+impl<P, H> Node<P, H>
+where
+    P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
+    H: Host,
+{
+    /// A SWIM packet from another node.
+    pub(super) fn on_swim(&mut self, packet: &[u8], now: Instant, host: &mut H) {
+        // A node that left stays out: SWIM would otherwise hear that the
+        // others count it down, renew its identity and rejoin.
+        if self.leaving {
+            return;
+        }
+        if let Err(error) = self.swim.handle_data(packet, &mut self.effects) {
+            tracing::debug!(%error, "a SWIM packet was not taken");
+        }
+        self.drain_swim(now, host);
+    }
+
+    /// A timer SWIM set is due.
+    pub(super) fn on_swim_timer(
+        &mut self,
+        timer: foca::Timer<MemberId<P>>,
+        now: Instant,
+        host: &mut H,
+    ) {
+        if let Err(error) = self.swim.handle_timer(timer, &mut self.effects) {
+            tracing::debug!(%error, "a SWIM timer failed");
+        }
+        self.drain_swim(now, host);
+    }
+
+    /// Carries out what SWIM asked for: packets to send, timers to set,
+    /// and members that came up, went down or were renamed.
+    pub(super) fn drain_swim(&mut self, now: Instant, host: &mut H) {
+        while let Some((to, packet)) = self.effects.to_send() {
+            self.send(to.peer, Message::Swim(packet.to_vec()));
+        }
+        while let Some((after, timer)) = self.effects.to_schedule() {
+            self.timers.set(now + after, Due::Swim(timer));
+        }
+        while let Some(notification) = self.effects.to_notify() {
+            match notification {
+                OwnedNotification::MemberUp(id) => self.member_up(id),
+                OwnedNotification::MemberDown(id) => self.member_down(&id, host),
+                OwnedNotification::Rename(old, new) => self.renamed(&old, new),
+                OwnedNotification::Rejoin(id) => {
+                    tracing::warn!(
+                        bump = id.bump,
+                        "the pool counted this node down; it rejoins under a renewed identity"
+                    );
+                }
+                OwnedNotification::Active => tracing::debug!("SWIM: in touch with the pool"),
+                OwnedNotification::Idle => tracing::debug!("SWIM: no live member known"),
+                OwnedNotification::Defunct => tracing::debug!("SWIM: out of the pool"),
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+            // What a notification set off may have asked SWIM for more.
+            while let Some((to, packet)) = self.effects.to_send() {
+                self.send(to.peer, Message::Swim(packet.to_vec()));
+            }
+            while let Some((after, timer)) = self.effects.to_schedule() {
+                self.timers.set(now + after, Due::Swim(timer));
+            }
+        }
+    }
+
+    /// Records the sender of a message that is not SWIM's and, if SWIM does
+    /// not have it up, introduces it to SWIM (at most once a probe period):
+    /// a node that talks to this one is a member, and SWIM must watch it,
+    /// or its death would go unnoticed and what it holds would never be
+    /// queued again.
+    pub(super) fn note_sender(&mut self, from: &MemberId<P>, now: Instant) {
+        let leaving = self.leaving;
+        let period = self.settings.probe_period;
+        let member = self.roster.entry(from);
+        let known = member.up && member.id == *from;
+        let stale = from.bump < member.id.bump;
+        let due = member.announced.is_none_or(|at| now >= at + period);
+        if known || stale || leaving || member.leaving.is_some() || !due {
+            return;
+        }
+        member.announced = Some(now);
+        if let Err(error) = self.swim.announce(from.clone(), &mut self.effects) {
+            tracing::debug!(%error, "could not introduce a sender to SWIM");
+        }
+    }
+
+    /// A hello: what a member offers, and maybe a request to say hello back.
+    pub(super) fn on_hello(
+        &mut self,
+        from: &MemberId<P>,
+        info: MemberInfo,
+        answer: bool,
+        now: Instant,
+    ) {
+        self.note_sender(from, now);
+        let member = self.roster.entry(from);
+        if member.info.as_ref() != Some(&info) {
+            member.info = Some(info);
+            if member.usable() {
+                self.members_changed();
+            }
+        }
+        if answer && !self.leaving {
+            let hello = Message::Hello {
+                info: self.me.clone(),
+                answer: false,
+            };
+            self.send(from.peer.clone(), hello);
+        }
+    }
+
+    /// SWIM has a member up: it is usable once its hello is heard.
+    fn member_up(&mut self, id: MemberId<P>) {
+        let member = self.roster.entry(&id);
+        if id.bump < member.id.bump {
+            return;
+        }
+        member.id = id;
+        member.up = true;
+        let ask = member.info.is_none();
+        let peer = member.id.peer.clone();
+        if member.usable() {
+            self.members_changed();
+        }
+        if ask && !self.leaving {
+            let hello = Message::Hello {
+                info: self.me.clone(),
+                answer: true,
+            };
+            self.send(peer, hello);
+        }
+    }
+
+    /// SWIM declared a member down: it is removed and what it held for
+    /// this node is queued again, unless it is back under a newer identity
+    /// already, or said it leaves (then it has the failure timeout after
+    /// its `Leaving` for its last notices).
+    fn member_down(&mut self, id: &MemberId<P>, host: &mut H) {
+        let Some(member) = self.roster.get_mut(id.node) else {
+            return;
+        };
+        if member.id.bump > id.bump {
+            return;
+        }
+        if member.leaving.is_some() {
+            member.up = false;
+            return;
+        }
+        self.remove_member(id.node, true, host);
+    }
+
+    /// SWIM replaced a member's identity by a newer one: the same node,
+    /// rejoined. Whether it is up follows in its own notification.
+    fn renamed(&mut self, old: &MemberId<P>, new: MemberId<P>) {
+        if let Some(member) = self.roster.get_mut(old.node) {
+            if new.bump > member.id.bump {
+                member.id = new;
+            }
+        }
+    }
+
+    /// A member leaves the pool: it takes no more work. What it holds is
+    /// queued again only if it stays silent for the failure timeout after
+    /// this, as for a death: its last notices may still be on their way.
+    pub(super) fn on_leaving(&mut self, from: &MemberId<P>, now: Instant) {
+        let Some(member) = self.roster.get_mut(from.node) else {
+            return;
+        };
+        if member.leaving.is_some() || from.bump < member.id.bump {
+            return;
+        }
+        tracing::info!(node = %from.node, "member leaves");
+        member.leaving = Some(now);
+        let bump = member.id.bump;
+        self.members_changed();
+        let at = now + self.settings.failure_timeout;
+        let node = from.node;
+        self.timers.set(at, Due::LeaverGone { node, bump });
+    }
+
+    /// The failure timeout after a member's `Leaving` is over.
+    pub(super) fn leaver_gone(&mut self, node: NodeId, bump: u16, host: &mut H) {
+        let gone = (self.roster.get(node))
+            .is_some_and(|member| member.leaving.is_some() && member.id.bump == bump);
+        if gone {
+            self.remove_member(node, false, host);
+        }
+    }
+
+    /// Removes a member that left or died; what it held for this node is
+    /// queued again, or given up.
+    pub(super) fn remove_member(&mut self, node: NodeId, died: bool, host: &mut H) {
+        let Some(member) = self.roster.remove(node) else {
+            return;
+        };
+        if died {
+            self.stats.dead_members += 1;
+            tracing::warn!(%node, "member declared dead");
+        } else {
+            tracing::info!(%node, "member left");
+        }
+        for id in self.custody.held_by(node) {
+            while let Some(export) = self.custody.take_export(id, node) {
+                self.requeue(id, export.copy, host);
+            }
+        }
+        self.outbox.remove(&node);
+        let stale: Vec<u64> = (self.steals.iter())
+            .filter(|(_, (_, victim))| victim.peer == node)
+            .map(|(request, _)| *request)
+            .collect();
+        for request in stale {
+            if let Some((context, _)) = self.steals.remove(&request) {
+                if let Some(throttle) = self.throttles.get_mut(&context) {
+                    throttle.abandon();
+                }
+            }
+        }
+        if member.usable() || member.leaving.is_some() {
+            self.members_changed();
+        }
+    }
+}

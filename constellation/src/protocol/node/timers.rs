@@ -1,0 +1,62 @@
+//! The node's one timer queue: everything that must happen later, in the
+//! order it is due. [`Node::poll_timeout`](super::Node::poll_timeout)
+//! reports its head.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use crate::id::{ActivityId, NodeId};
+use crate::protocol::message::MemberId;
+
+/// Something the node must do at a given moment.
+#[derive(Debug)]
+pub(super) enum Due<P> {
+    /// A timer SWIM asked for (probes, suspicion, periodic gossip).
+    Swim(foca::Timer<MemberId<P>>),
+    /// A steal pause is over: idle executors may ask again.
+    StealRetry,
+    /// Events that came before their activity have waited long enough.
+    EarlyEvents(ActivityId),
+    /// A member that said it leaves has had the failure timeout for its
+    /// last notices: it is removed, and what it still holds is queued again.
+    LeaverGone {
+        /// The member.
+        node: NodeId,
+        /// Its bump when it said it leaves, so a later identity is spared.
+        bump: u16,
+    },
+}
+
+/// Timers by due moment; those due at the same moment keep the order they
+/// were set in, as SWIM expects.
+#[derive(Debug)]
+pub(super) struct Timers<P> {
+    queue: BTreeMap<(Instant, u64), Due<P>>,
+    /// Breaks ties between timers due at the same moment.
+    sequence: u64,
+}
+
+impl<P> Timers<P> {
+    pub(super) fn new() -> Self {
+        Timers {
+            queue: BTreeMap::new(),
+            sequence: 0,
+        }
+    }
+
+    pub(super) fn set(&mut self, at: Instant, due: Due<P>) {
+        self.sequence += 1;
+        self.queue.insert((at, self.sequence), due);
+    }
+
+    /// When the next timer is due.
+    pub(super) fn next_at(&self) -> Option<Instant> {
+        self.queue.first_key_value().map(|((at, _), _)| *at)
+    }
+
+    /// The next timer due at `now` or earlier, taken off the queue.
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<Due<P>> {
+        let entry = self.queue.first_entry()?;
+        (entry.key().0 <= now).then(|| entry.remove())
+    }
+}
