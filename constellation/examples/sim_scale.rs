@@ -127,6 +127,14 @@ fn main() -> anyhow::Result<()> {
         m.moved, m.wide_area_moved
     );
     println!(
+        "membership          {} messages ({:.2} per node per simulated second), all know all at {}",
+        m.membership,
+        m.membership as f64 / nodes as f64 / report.makespan.max(1e-9),
+        report
+            .membership_converged
+            .map_or("never".to_string(), |at| format!("{at:.3} s"))
+    );
+    println!(
         "master load         {} requests (busiest victim {})",
         report.master_load, report.busiest_victim
     );

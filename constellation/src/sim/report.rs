@@ -176,6 +176,12 @@ pub struct SimReport {
     pub efficiency: f64,
     /// Simulator events processed, for measuring the simulator itself.
     pub events: u64,
+    /// When, after the last node joined, every live node's membership
+    /// (SWIM) first listed every other live node, in seconds since the
+    /// start; `None` if that did not happen before the run ended. Until
+    /// then a node steals only from the members it knows.
+    #[serde(default)]
+    pub membership_converged: Option<f64>,
 }
 
 impl SimReport {

@@ -884,3 +884,46 @@ fn with_work_at_every_site_hierarchical_stealing_keeps_it_there() {
     );
     assert!(hierarchical.makespan < 1.1 * random.makespan);
 }
+
+#[test]
+fn a_hundred_nodes_learn_each_other_by_swim_within_a_few_round_trips() {
+    // They all join at once and introduce themselves to the master; SWIM
+    // spreads the rest (the master's feeds, then gossip).
+    let model = pool(100, 1, 10, Strategy::Random).with_seed(2);
+    let report = simulate(&model, &Workload::bag(500, 1.0, ContextList::anywhere())).unwrap();
+    assert_eq!(report.completed, 500);
+    let converged = report.membership_converged.expect("membership converged");
+    // Wide-area round trips are 10 ms here.
+    assert!(converged < 0.5, "converged at {converged} s");
+    assert!(report.messages.membership > 0);
+    let nodes: std::collections::HashSet<u32> = completed(&report).iter().map(|r| r.node).collect();
+    assert_eq!(nodes.len(), 100, "every node found work");
+}
+
+#[test]
+fn a_dead_node_is_declared_dead_after_the_failure_timeout_and_at_most_two_probe_periods_more() {
+    // The master hands one activity to each worker; w2 dies holding its
+    // own, and w1, idle by then, runs it again once the master declares
+    // w2 dead and queues it again.
+    let sites = vec![Site::new("vu")];
+    let nodes = vec![
+        NodeSpec::uniform("master", 0, 0, anywhere()),
+        NodeSpec::uniform("w1", 0, 2, anywhere()),
+        NodeSpec::uniform("w2", 0, 2, anywhere()).dying_at(3.5),
+    ];
+    let mut model = Model::new(sites, nodes).with_strategy(Strategy::MasterWorker);
+    model.max_steal = 1;
+    let report = simulate(&model, &Workload::bag(2, 10.0, ContextList::anywhere())).unwrap();
+    assert_eq!(report.requeued, 1, "{:?}", report.records);
+    let again = completed(&report)
+        .into_iter()
+        .find(|r| r.attempt == 2)
+        .expect("the dead node's activity ran again");
+    assert_eq!(again.node, 1);
+    let declared = again.start - 3.5;
+    let (timeout, probe) = (model.failure_timeout, model.probe_period);
+    assert!(
+        declared >= timeout && declared <= timeout + 2.0 * probe + 0.1,
+        "declared dead {declared} s after it died"
+    );
+}

@@ -169,11 +169,6 @@ impl SimHost {
         }
     }
 
-    /// Whether any executor waits for work.
-    pub(super) fn any_idle(&self) -> bool {
-        self.idle.iter().any(|&idle| idle)
-    }
-
     /// Marks `executor` as waiting for work: the core had none for it.
     pub(super) fn set_idle(&mut self, executor: usize) {
         self.idle[executor] = true;

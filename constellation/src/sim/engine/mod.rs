@@ -113,6 +113,14 @@ pub(super) struct Engine<'a> {
     last_progress: Time,
     /// Joins and deaths still to come: they can bring progress.
     lifecycle_pending: usize,
+    /// Joins still to come.
+    joins_left: usize,
+    /// Nodes alive now.
+    live: usize,
+    /// Live nodes whose SWIM lists every other live node as up.
+    knowing_all: usize,
+    /// When, after the last join, every live node first knew every other.
+    converged: Option<Time>,
     /// What the protocol nodes of dead nodes counted, summed.
     dead_stats: Stats,
     /// Events the engine found no activity for on their own node.
@@ -181,6 +189,10 @@ impl<'a> Engine<'a> {
             running: 0,
             last_progress: 0,
             lifecycle_pending: 0,
+            joins_left: model.nodes.len(),
+            live: 0,
+            knowing_all: 0,
+            converged: None,
             dead_stats: Stats::default(),
             undeliverable: 0,
             events: 0,

@@ -73,6 +73,8 @@ pub(super) struct SimNode {
     pub(super) answering: Time,
     /// When its protocol timer event is set for, if it is.
     timer: Option<Time>,
+    /// Whether its SWIM lists every other live node as up.
+    knows_all: bool,
 }
 
 impl SimNode {
@@ -110,6 +112,7 @@ impl SimNode {
             waiting: VecDeque::new(),
             answering: 0,
             timer: None,
+            knows_all: false,
         }
     }
 }
@@ -183,6 +186,9 @@ impl Engine<'_> {
         let state = &mut self.nodes[node as usize];
         state.life = Life::Alive;
         state.protocol = Some(protocol);
+        self.live += 1;
+        self.joins_left -= 1;
+        self.recount_membership();
         self.last_progress = self.now;
         if node == master && !self.roots_submitted {
             self.submit_roots(node)?;
@@ -204,6 +210,7 @@ impl Engine<'_> {
             return;
         }
         state.life = Life::Dead;
+        self.live -= 1;
         for executor in &mut state.executors {
             if let Some(call) = executor.call.take() {
                 let elapsed = now - call.start;
@@ -230,6 +237,7 @@ impl Engine<'_> {
         state.timer = None;
         // Requests waiting for an answer fail as the connection drops.
         let waiting = std::mem::take(&mut state.waiting);
+        self.recount_membership();
         for (thief, envelope) in waiting {
             self.refuse(thief, node, envelope.message.steal_request());
         }
@@ -252,42 +260,33 @@ impl Engine<'_> {
     }
 
     /// Carries out everything `node` asked for after an input: calls the
-    /// core handed out, messages, and news of members, which may let idle
-    /// executors ask someone new; then sets its timer.
+    /// core handed out and messages to send; then sets its timer.
+    ///
+    /// News of members ([`NodeEvent::MembersChanged`]) needs nothing here:
+    /// the node itself lets idle executors ask a new member, and the
+    /// simulator reads members only to report when membership converged.
     pub(super) fn settle(&mut self, node: u32) {
-        loop {
-            self.start_runs(node);
-            let now = self.instant();
-            let state = &mut self.nodes[node as usize];
-            let Some(protocol) = state.protocol.as_mut() else {
-                return;
-            };
-            let mut transmits = Vec::new();
-            while let Some(transmit) = protocol.poll_transmit() {
-                transmits.push(transmit);
-            }
-            let mut members_changed = false;
-            while let Some(event) = protocol.poll_event() {
-                match event {
-                    NodeEvent::MembersChanged => members_changed = true,
-                    // Counted by the protocol node (`Stats::lost`).
-                    NodeEvent::Lost { .. } => {}
-                }
-            }
-            // A node that found nobody to ask (or only dry victims) may ask
-            // a new member at once rather than after its backoff.
-            let ask_again = members_changed && state.host.any_idle();
-            if ask_again {
-                protocol.handle_idle(now, &mut state.host);
-            }
-            for transmit in transmits {
-                self.transmit(node, transmit);
-            }
-            if !ask_again {
-                break;
+        self.start_runs(node);
+        let state = &mut self.nodes[node as usize];
+        let Some(protocol) = state.protocol.as_mut() else {
+            return;
+        };
+        let mut transmits = Vec::new();
+        while let Some(transmit) = protocol.poll_transmit() {
+            transmits.push(transmit);
+        }
+        while let Some(event) = protocol.poll_event() {
+            match event {
+                NodeEvent::MembersChanged => {}
+                // Counted by the protocol node (`Stats::lost`).
+                NodeEvent::Lost { .. } => {}
             }
         }
+        for transmit in transmits {
+            self.transmit(node, transmit);
+        }
         self.arm_timer(node);
+        self.note_membership(node);
     }
 
     /// Keeps one timer event for `node`, at its protocol's next timeout.
@@ -317,6 +316,42 @@ impl Engine<'_> {
         self.input(node, |protocol, now, host| {
             protocol.handle_timeout(now, host)
         });
+    }
+
+    /// Whether `node`'s SWIM lists exactly the other live nodes as up.
+    fn knows_all(&self, node: u32) -> bool {
+        let state = &self.nodes[node as usize];
+        (state.protocol.as_ref()).is_some_and(|p| p.members_known() + 1 == self.live)
+    }
+
+    /// Notes whether `node` knows every other live node now, and when all
+    /// first did. SWIM's count is cheap to read, so this runs after every
+    /// input; a member becomes a steal target once its hello follows, a
+    /// round trip later.
+    fn note_membership(&mut self, node: u32) {
+        let knows = self.knows_all(node);
+        let state = &mut self.nodes[node as usize];
+        if knows != state.knows_all {
+            state.knows_all = knows;
+            match knows {
+                true => self.knowing_all += 1,
+                false => self.knowing_all -= 1,
+            }
+        }
+        if self.converged.is_none() && self.joins_left == 0 && self.knowing_all == self.live {
+            self.converged = Some(self.now);
+        }
+    }
+
+    /// Counts again who knows everyone: a join or a death changed how
+    /// many everyone should know.
+    fn recount_membership(&mut self) {
+        self.knowing_all = 0;
+        for node in 0..self.nodes.len() as u32 {
+            let knows = self.knows_all(node);
+            self.nodes[node as usize].knows_all = knows;
+            self.knowing_all += usize::from(knows);
+        }
     }
 
     /// What all protocol nodes counted, the dead ones included.

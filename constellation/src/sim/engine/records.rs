@@ -119,6 +119,7 @@ impl Engine<'_> {
             capacity,
             efficiency: if capacity > 0.0 { work / capacity } else { 0.0 },
             events: self.events,
+            membership_converged: self.converged.map(seconds),
         }
     }
 }
