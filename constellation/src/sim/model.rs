@@ -257,13 +257,15 @@ pub struct Model {
     /// Seconds a member that failed a membership probe has to refute the
     /// suspicion before it is declared dead (SWIM's suspicion timeout, the
     /// net driver's `failure_timeout`). A node that dies is found out when
-    /// someone next probes it, and then declared dead this long after, so
-    /// others notice a death between `failure_timeout` and about
-    /// `failure_timeout` + [`probe_period`](Self::probe_period) + a round
-    /// trip after it, and spread the news by gossip.
+    /// someone next probes it, and declared dead this long after the probe
+    /// failed: between `failure_timeout` and `failure_timeout` + about
+    /// three [`probe_period`](Self::probe_period)s after it died. Gossip
+    /// then spreads the news. (Before the simulator ran SWIM, every node
+    /// declared a dead node dead exactly `failure_timeout` after it died.)
     pub failure_timeout: f64,
     /// Seconds between a node's membership probes, each of a member chosen
-    /// in turn.
+    /// in turn; 1.5 s by default, as the net driver probes with its default
+    /// failure timeout (it probes every half failure timeout).
     #[serde(default = "default_probe_period")]
     pub probe_period: f64,
     /// Seconds an event waits at a node for its activity to arrive there.
@@ -291,7 +293,7 @@ pub struct Model {
 }
 
 fn default_probe_period() -> f64 {
-    1.0
+    1.5
 }
 
 fn default_backoff() -> (f64, f64) {
@@ -302,7 +304,7 @@ fn default_backoff() -> (f64, f64) {
 impl Model {
     /// A model of these sites and nodes with the net driver's defaults:
     /// random stealing, node 0 as master, 256 activities per steal, 3
-    /// attempts, a 3 s failure timeout, probes every second,
+    /// attempts, a 3 s failure timeout, probes every 1.5 s,
     /// [`Link::wide_area`] between sites.
     pub fn new(sites: Vec<Site>, nodes: Vec<NodeSpec>) -> Self {
         Model {

@@ -901,7 +901,7 @@ fn a_hundred_nodes_learn_each_other_by_swim_within_a_few_round_trips() {
 }
 
 #[test]
-fn a_dead_node_is_declared_dead_after_the_failure_timeout_and_at_most_two_probe_periods_more() {
+fn a_dead_node_is_declared_dead_after_the_failure_timeout_and_at_most_three_probe_periods_more() {
     // The master hands one activity to each worker; w2 dies holding its
     // own, and w1, idle by then, runs it again once the master declares
     // w2 dead and queues it again.
@@ -921,9 +921,13 @@ fn a_dead_node_is_declared_dead_after_the_failure_timeout_and_at_most_two_probe_
         .expect("the dead node's activity ran again");
     assert_eq!(again.node, 1);
     let declared = again.start - 3.5;
+    // Up to a period until someone probes it, a third of one for the
+    // direct probe and more for the indirect ones, then the suspicion
+    // timeout (the net driver documents "about failure_timeout + 3
+    // periods"); the old engine declared it dead exactly 3 s after.
     let (timeout, probe) = (model.failure_timeout, model.probe_period);
     assert!(
-        declared >= timeout && declared <= timeout + 2.0 * probe + 0.1,
+        declared >= timeout && declared <= timeout + 3.0 * probe,
         "declared dead {declared} s after it died"
     );
 }
