@@ -64,6 +64,9 @@ step "cargo clippy -D warnings (default features, then with MPI)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p executors --all-targets --locked --features mpi -- -D warnings
 
+step "constellation builds without its network stack (the model, the core, the node protocol and the simulator need no libp2p or tokio)"
+cargo clippy -p constellation --lib --locked --no-default-features -- -D warnings
+
 step "the default build does not link MPI"
 if cargo tree --workspace --locked -e normal | grep -q "mpi-sys"; then
   echo "test.sh: the default build depends on mpi-sys; MPI must stay behind the \`mpi\` feature" >&2
@@ -94,9 +97,13 @@ step "one version of each dependency, except the duplicates upstream crates forc
 #     indexmap 2 (toml) 0.17.
 #   bitflags 1/2, miniz_oxide 0.8/0.9: png 0.17 (tiny-skia, under resvg, which
 #     rasterizes the report's plots) uses the older ones.
-# rand 0.10 and getrandom 0.4 are in Cargo.lock but never built: libp2p's
-# `tokio` feature names `libp2p-quic?/tokio`, and Cargo locks an optional
-# crate named in such a weak feature (here quinn-proto's) without building it.
+#   rand 0.10, rand_core 0.10: foca 2 (SWIM membership in constellation's
+#     protocol::Node) draws its random numbers through rand_core 0.10, so the
+#     node hands it a generator implementing that trait; everything else of
+#     ours stays on rand 0.8.
+# getrandom 0.4 is in Cargo.lock but never built: libp2p's `tokio` feature
+# names `libp2p-quic?/tokio`, and Cargo locks an optional crate named in such
+# a weak feature (here quinn-proto's) without building it.
 # A new duplicate fails this step: make our crate use the version already
 # built, or add the series here with the crate that forces it.
 upstream_duplicates="bitflags 1
@@ -109,10 +116,12 @@ miniz_oxide 0.8
 miniz_oxide 0.9
 rand 0.8
 rand 0.9
+rand 0.10
 rand_chacha 0.3
 rand_chacha 0.9
 rand_core 0.6
 rand_core 0.9
+rand_core 0.10
 syn 2
 syn 3
 thiserror 1
@@ -160,6 +169,16 @@ cargo test --workspace --locked --no-fail-fast
 # CONSTELLATION_REQUIRE_NVRTC=1 turns "skipped: no NVRTC" into a failure, so
 # this step cannot pass by skipping. Tests that need a driver still skip and
 # say why.
+step "1,000 nodes learn each other through SWIM on virtual time (protocol::Node; release: 9 s of CPU there, 2 min in debug)"
+cargo test -p constellation --lib --release --locked --no-default-features -- \
+  --exact protocol::tests::membership::a_thousand_nodes_learn_each_other --nocapture
+
+step "membership under load: fifty_nodes_learn_each_other, 10 of 10 runs with every core busy (scripts/membership-under-load.sh)"
+# A node starved of CPU is suspected and refutes it; it is never excluded for
+# good. The test binary is the one cargo test --workspace built above (same
+# features, so nothing is compiled); FAIL_FAST stops at the first failure.
+RUNS=10 FAIL_FAST=1 bash scripts/membership-under-load.sh
+
 step "GPU tests with NVRTC (nvidia-cuda-nvrtc-cu12 in target/nvrtc-venv), with their output"
 nvrtc_venv=target/nvrtc-venv
 if [ ! -x "$nvrtc_venv/bin/pip" ]; then

@@ -77,8 +77,11 @@ const MAX_PACKET: usize = 64 * 1024;
 /// - Members declared down are told so (`notify_down_members`), so a live
 ///   node that was starved renews its identity and rejoins.
 /// - Periodic gossip spreads updates faster than probes alone; periodic
-///   announces to live members fill gaps in a member list, and announces
-///   to members believed down heal a partition once it closes.
+///   announces to live members fill gaps in a member list (every 15 probe
+///   periods), and announces to members believed down heal a partition
+///   within about 10 probe periods of its end: the members on each side
+///   learn that the other side counts them down, and rejoin under renewed
+///   identities.
 pub(crate) fn swim_config(settings: &Settings) -> foca::Config {
     let period = settings.probe_period.max(Duration::from_millis(3));
     let periodic = |frequency: Duration, members: usize| {
@@ -98,8 +101,10 @@ pub(crate) fn swim_config(settings: &Settings) -> foca::Config {
         remove_down_after: Some(Duration::from_secs(24 * 60 * 60)),
         max_packet_size: NonZeroUsize::new(MAX_PACKET).expect("a positive constant"),
         notify_down_members: true,
-        periodic_announce: periodic(period * 5, 1),
-        periodic_announce_to_down_members: periodic(period * 5, 2),
+        // Each announce is answered with a feed of up to every member: rare
+        // enough that a pool of a thousand does not spend its time on them.
+        periodic_announce: periodic(period * 15, 1),
+        periodic_announce_to_down_members: periodic(period * 10, 2),
         periodic_gossip: periodic(period / 5, 3),
     }
 }

@@ -19,6 +19,8 @@ mod membership;
 mod message;
 mod node;
 pub mod steal;
+#[cfg(test)]
+mod tests;
 
 pub use host::{Delivery, Export, Host, Routed};
 pub use message::{Envelope, MemberId, MemberInfo, Message, Notice, Travelling};

@@ -64,8 +64,11 @@ pub struct Settings {
     pub wide_steal: WideSteal,
     /// The bound on declaring a silent member dead: SWIM suspects it after
     /// a failed probe and declares it down if it does not refute within
-    /// this time. Also how long a member that said it leaves is given for
-    /// its last notices.
+    /// this time; what it held is queued again one probe period later (a
+    /// grace for a `Leaving` that SWIM's goodbye overtook). A silent member
+    /// is so given up within about `failure_timeout + 3 × probe_period`.
+    /// Also how long a member that said it leaves is given for its last
+    /// notices.
     pub failure_timeout: Duration,
     /// How often SWIM probes a member at random.
     pub probe_period: Duration,
@@ -187,6 +190,10 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     timers: Timers<P>,
     rng: StdRng,
     stats: Stats,
+    /// The peers this node was told to contact (bootstrap addresses).
+    contacts: Vec<P>,
+    /// Whether a timer to contact them again is set.
+    recontact_set: bool,
     /// Whether idle executors may ask other nodes for work.
     stealing: bool,
     leaving: bool,
@@ -246,6 +253,8 @@ where
             members_changed: false,
             timers: Timers::new(),
             stats: Stats::default(),
+            contacts: Vec::new(),
+            recontact_set: false,
             stealing: true,
             leaving: false,
         }
@@ -258,13 +267,20 @@ where
 
     /// Introduces this node to a peer it was told of (a bootstrap address):
     /// the peer's hello names it, and SWIM then spreads the membership.
+    ///
+    /// While this node knows no live member, it says hello to the peers it
+    /// was told of again every probe period: a bootstrap node may not be up
+    /// yet, and a node cut off from all others finds its way back.
     pub fn contact(&mut self, peer: P, now: Instant) {
-        let _ = now;
-        let hello = Message::Hello {
-            info: self.me.clone(),
-            answer: true,
-        };
-        self.send(peer, hello);
+        if !self.contacts.contains(&peer) {
+            self.contacts.push(peer.clone());
+        }
+        if !self.recontact_set {
+            self.recontact_set = true;
+            self.timers
+                .set(now + self.settings.probe_period, Due::Recontact);
+        }
+        self.say_hello(peer);
     }
 
     /// A message from another node.
@@ -280,7 +296,7 @@ where
             return;
         }
         match message {
-            Message::Swim(packet) => self.on_swim(&packet, now, host),
+            Message::Swim(packet) => self.on_swim(&packet, now),
             Message::Hello { info, answer } => self.on_hello(&from, info, answer, now),
             Message::Steal {
                 request,
@@ -334,7 +350,7 @@ where
     pub fn handle_timeout(&mut self, now: Instant, host: &mut H) {
         while let Some(due) = self.timers.pop_due(now) {
             match due {
-                Due::Swim(timer) => self.on_swim_timer(timer, now, host),
+                Due::Swim(timer) => self.on_swim_timer(timer, now),
                 Due::StealRetry => {
                     if self.steal_retry.is_some_and(|at| at <= now) {
                         self.steal_retry = None;
@@ -342,6 +358,8 @@ where
                     self.try_steal(now, host);
                 }
                 Due::EarlyEvents(id) => self.expire_early(id, now),
+                Due::Recontact => self.recontact(now),
+                Due::DownGrace { node, bump } => self.down_grace_over(node, bump, host),
                 Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, host),
             }
         }
@@ -404,7 +422,7 @@ where
         if let Err(error) = self.swim.leave_cluster(&mut self.effects) {
             tracing::debug!(%error, "SWIM could not say goodbye");
         }
-        self.drain_swim(now, host);
+        self.drain_swim(now);
         self.finish(now, host);
     }
 
@@ -494,7 +512,7 @@ where
     /// asked for work, notices sent (one message per destination), and
     /// the driver told what changed.
     fn finish(&mut self, now: Instant, host: &mut H) {
-        self.drain_swim(now, host);
+        self.drain_swim(now);
         if self.members_changed {
             self.members_changed = false;
             // A new member may have work for executors that wait.

@@ -14,6 +14,7 @@ use std::time::Instant;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::roster::VictimSet;
 use super::{Kept, Node};
 use crate::context::ExecutorContext;
 use crate::id::NodeId;
@@ -36,11 +37,18 @@ where
     }
 
     /// How many victims a full round of empty replies takes.
-    pub(super) fn steal_round(&self) -> usize {
+    pub(super) fn steal_round(&mut self) -> usize {
         match self.settings.strategy {
             Strategy::MasterWorker => 1,
-            _ => self.roster.victims().len(),
+            _ => self.victims().len(),
         }
+    }
+
+    /// The victims, listed again first if members changed since.
+    fn victims(&mut self) -> &VictimSet {
+        let settings = &self.settings;
+        (self.roster).refresh_victims(&settings.steal_from, settings.site.as_ref());
+        self.roster.victims()
     }
 
     /// Asks other nodes for work for every idle executor context that may
@@ -57,12 +65,10 @@ where
         if idle.is_empty() {
             return;
         }
-        self.roster
-            .refresh_victims(&settings.steal_from, settings.site.as_ref());
-        if self.roster.victims().len() == 0 {
+        if self.victims().len() == 0 {
             return;
         }
-        let (min_backoff, max_backoff) = settings.backoff;
+        let (min_backoff, max_backoff) = self.settings.backoff;
         for (context, idle) in idle {
             let throttle = (self.throttles.entry(context.clone()))
                 .or_insert_with(|| Throttle::with_backoff(min_backoff, max_backoff));

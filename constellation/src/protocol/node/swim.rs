@@ -27,7 +27,7 @@ where
     H: Host,
 {
     /// A SWIM packet from another node.
-    pub(super) fn on_swim(&mut self, packet: &[u8], now: Instant, host: &mut H) {
+    pub(super) fn on_swim(&mut self, packet: &[u8], now: Instant) {
         // A node that left stays out: SWIM would otherwise hear that the
         // others count it down, renew its identity and rejoin.
         if self.leaving {
@@ -36,25 +36,21 @@ where
         if let Err(error) = self.swim.handle_data(packet, &mut self.effects) {
             tracing::debug!(%error, "a SWIM packet was not taken");
         }
-        self.drain_swim(now, host);
+        self.drain_swim(now);
     }
 
     /// A timer SWIM set is due.
-    pub(super) fn on_swim_timer(
-        &mut self,
-        timer: foca::Timer<MemberId<P>>,
-        now: Instant,
-        host: &mut H,
-    ) {
+    pub(super) fn on_swim_timer(&mut self, timer: foca::Timer<MemberId<P>>, now: Instant) {
         if let Err(error) = self.swim.handle_timer(timer, &mut self.effects) {
             tracing::debug!(%error, "a SWIM timer failed");
         }
-        self.drain_swim(now, host);
+        self.drain_swim(now);
     }
 
     /// Carries out what SWIM asked for: packets to send, timers to set,
-    /// and members that came up, went down or were renamed.
-    pub(super) fn drain_swim(&mut self, now: Instant, host: &mut H) {
+    /// and members that came up, went down or were renamed. (What follows
+    /// a notification does not call SWIM again, so one pass drains it.)
+    pub(super) fn drain_swim(&mut self, now: Instant) {
         while let Some((to, packet)) = self.effects.to_send() {
             self.send(to.peer, Message::Swim(packet.to_vec()));
         }
@@ -64,7 +60,7 @@ where
         while let Some(notification) = self.effects.to_notify() {
             match notification {
                 OwnedNotification::MemberUp(id) => self.member_up(id),
-                OwnedNotification::MemberDown(id) => self.member_down(&id, host),
+                OwnedNotification::MemberDown(id) => self.member_down(&id, now),
                 OwnedNotification::Rename(old, new) => self.renamed(&old, new),
                 OwnedNotification::Rejoin(id) => {
                     tracing::warn!(
@@ -77,13 +73,6 @@ where
                 OwnedNotification::Defunct => tracing::debug!("SWIM: out of the pool"),
                 #[allow(unreachable_patterns)]
                 _ => {}
-            }
-            // What a notification set off may have asked SWIM for more.
-            while let Some((to, packet)) = self.effects.to_send() {
-                self.send(to.peer, Message::Swim(packet.to_vec()));
-            }
-            while let Some((after, timer)) = self.effects.to_schedule() {
-                self.timers.set(now + after, Due::Swim(timer));
             }
         }
     }
@@ -104,9 +93,47 @@ where
             return;
         }
         member.announced = Some(now);
-        if let Err(error) = self.swim.announce(from.clone(), &mut self.effects) {
+        // A node alone asks the sender for its member list (an announce,
+        // answered with a feed): that is how a newcomer learns the pool
+        // from the member it contacted. A node with members only tells
+        // SWIM the sender is alive (it talks), which SWIM then spreads: a
+        // feed per hello would cost every node a full member list from
+        // every other while a thousand nodes meet.
+        let result = match self.swim.num_members() {
+            0 => self.swim.announce(from.clone(), &mut self.effects),
+            _ => {
+                let alive = foca::Member::alive(from.clone());
+                (self.swim).apply_many(std::iter::once(alive), true, &mut self.effects)
+            }
+        };
+        if let Err(error) = result {
             tracing::debug!(%error, "could not introduce a sender to SWIM");
         }
+    }
+
+    /// Asks `peer` who it is and what it offers, saying the same.
+    pub(super) fn say_hello(&mut self, peer: P) {
+        let hello = Message::Hello {
+            info: self.me.clone(),
+            answer: true,
+        };
+        self.send(peer, hello);
+    }
+
+    /// The peers this node was told to contact hear from it again while it
+    /// knows no live member; the check repeats every probe period.
+    pub(super) fn recontact(&mut self, now: Instant) {
+        if self.leaving {
+            self.recontact_set = false;
+            return;
+        }
+        if self.swim.num_members() == 0 {
+            for peer in self.contacts.clone() {
+                self.say_hello(peer);
+            }
+        }
+        let at = now + self.settings.probe_period;
+        self.timers.set(at, Due::Recontact);
     }
 
     /// A hello: what a member offers, and maybe a request to say hello back.
@@ -148,30 +175,51 @@ where
             self.members_changed();
         }
         if ask && !self.leaving {
-            let hello = Message::Hello {
-                info: self.me.clone(),
-                answer: true,
-            };
-            self.send(peer, hello);
+            self.say_hello(peer);
         }
     }
 
-    /// SWIM declared a member down: it is removed and what it held for
+    /// SWIM declared a member down: it is no steal target from now on, and
+    /// after a grace of one probe period it is removed and what it held for
     /// this node is queued again, unless it is back under a newer identity
-    /// already, or said it leaves (then it has the failure timeout after
+    /// by then, or said it leaves (then it has the failure timeout after
     /// its `Leaving` for its last notices).
-    fn member_down(&mut self, id: &MemberId<P>, host: &mut H) {
+    ///
+    /// The grace is for a leaver: it says goodbye to SWIM as it sends its
+    /// `Leaving`, and SWIM's goodbye, gossiped on by others, may come
+    /// first. Taken for a death, the leaver's work would run again while
+    /// its last `Finished` notices are on their way.
+    fn member_down(&mut self, id: &MemberId<P>, now: Instant) {
         let Some(member) = self.roster.get_mut(id.node) else {
             return;
         };
-        if member.id.bump > id.bump {
+        if member.id.bump > id.bump || !member.up {
             return;
         }
-        if member.leaving.is_some() {
-            member.up = false;
-            return;
+        let was_usable = member.usable();
+        member.up = false;
+        let leaving = member.leaving.is_some();
+        let bump = member.id.bump;
+        if was_usable {
+            self.members_changed();
         }
-        self.remove_member(id.node, true, host);
+        if !leaving {
+            let grace = self
+                .settings
+                .probe_period
+                .min(self.settings.failure_timeout);
+            let node = id.node;
+            self.timers.set(now + grace, Due::DownGrace { node, bump });
+        }
+    }
+
+    /// The grace after SWIM declared a member down is over.
+    pub(super) fn down_grace_over(&mut self, node: NodeId, bump: u16, host: &mut H) {
+        let dead = (self.roster.get(node))
+            .is_some_and(|member| !member.up && member.leaving.is_none() && member.id.bump == bump);
+        if dead {
+            self.remove_member(node, true, host);
+        }
     }
 
     /// SWIM replaced a member's identity by a newer one: the same node,

@@ -497,3 +497,36 @@ fn loot_that_reaches_a_leaving_thief_goes_back_to_be_queued_again() {
     assert!(cluster.hosts[1].imported.is_empty());
     assert_eq!(cluster.hosts[0].reclaimed, vec![(work[0], 0)], "as it left");
 }
+
+#[test]
+fn a_full_round_of_empty_replies_pauses_the_thief() {
+    let pause = Duration::from_millis(100);
+    let cluster = Cluster::with(3, |s| s.backoff = (pause, pause));
+    let mut cluster = cluster.contacted(Duration::from_secs(2));
+    cluster.hosts[2].idle = 1;
+    let now = cluster.now;
+    cluster.nodes[2].handle_idle(now, &mut cluster.hosts[2]);
+    cluster.run_for(Duration::from_millis(20));
+    let stats = cluster.nodes[2].stats();
+    assert_eq!(
+        (stats.steal_requests, stats.empty_replies),
+        (2, 2),
+        "one request per member, then a pause"
+    );
+    cluster.run_for(pause);
+    assert_eq!(cluster.nodes[2].stats().steal_requests, 4, "a new round");
+}
+
+#[test]
+fn a_node_says_hello_again_until_its_bootstrap_peer_answers() {
+    let mut cluster = Cluster::new(2);
+    cluster.dead[0] = true;
+    let now = cluster.now;
+    cluster.nodes[1].contact(0, now);
+    cluster.run_for(Duration::from_secs(1));
+    assert!(cluster.usable_members(1).is_empty());
+    cluster.dead[0] = false;
+    cluster.run_for(Duration::from_millis(500));
+    assert_eq!(cluster.usable_members(1), vec![settings(0).node]);
+    assert_eq!(cluster.usable_members(0), vec![settings(1).node]);
+}

@@ -15,8 +15,21 @@ pub(super) enum Due<P> {
     Swim(foca::Timer<MemberId<P>>),
     /// A steal pause is over: idle executors may ask again.
     StealRetry,
+    /// Time to say hello again to the peers this node was told to
+    /// contact, if it still knows no live member.
+    Recontact,
     /// Events that came before their activity have waited long enough.
     EarlyEvents(ActivityId),
+    /// A member SWIM declared down has had a moment for its `Leaving` to
+    /// arrive (a leaver's goodbye to SWIM may overtake it): it is removed,
+    /// and what it holds is queued again, unless it turned out to leave or
+    /// came back under a newer identity.
+    DownGrace {
+        /// The member.
+        node: NodeId,
+        /// Its bump when SWIM declared it down.
+        bump: u16,
+    },
     /// A member that said it leaves has had the failure timeout for its
     /// last notices: it is removed, and what it still holds is queued again.
     LeaverGone {
