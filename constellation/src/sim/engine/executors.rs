@@ -15,7 +15,7 @@
 use super::host::{Body, Children, SimEvent};
 use super::records::Started;
 use super::{root_index, Engine, Ev, Time};
-use crate::core::{Call, Origin, Outcome, Submission, Ticket, Work};
+use crate::core::{Call, Outcome, Ticket, Work};
 use crate::id::ActivityId;
 use crate::protocol::{Delivery, Host};
 use crate::sim::model::nanos;
@@ -36,47 +36,30 @@ impl Engine<'_> {
     pub(super) fn submit_roots(&mut self, node: u32) -> Result<(), SimError> {
         self.roots_submitted = true;
         let workload = self.workload;
-        let state = &mut self.nodes[node as usize];
-        for &spec in &workload.roots {
+        let host = &mut self.nodes[node as usize].host;
+        for (number, &spec) in workload.roots.iter().enumerate() {
             let activity = &workload.activities[spec as usize];
-            let id = state.outside_ids.issue();
-            if activity.placement != Placement::Anywhere {
-                state.host.local.check(id, &activity.contexts, None)?;
-            }
-            state.host.core.submit(
-                Origin::Outside,
-                Submission {
-                    id,
-                    body: Body {
-                        spec,
-                        attempt: 0,
-                        parent: None,
-                        children: None,
-                    },
-                    contexts: activity.contexts.clone(),
-                    stealable: activity.placement == Placement::Anywhere,
-                },
-            )?;
+            let body = Body {
+                spec,
+                attempt: 0,
+                parent: None,
+                children: None,
+            };
+            let stealable = activity.placement == Placement::Anywhere;
+            host.submit_outside(number as u64, body, activity.contexts.clone(), stealable)?;
         }
-        state.host.drain();
         Ok(())
     }
 
     /// Gives `executor` its next call, or marks it idle and lets the
     /// protocol ask other nodes.
     pub(super) fn ask_for_work(&mut self, node: u32, executor: usize) {
-        let host = &mut self.nodes[node as usize].host;
-        match host.core.next_work(executor) {
+        match self.nodes[node as usize].host.next_work(executor) {
             Some(work) => {
-                host.drain();
                 self.start(node, executor, work);
                 self.start_runs(node);
             }
-            None => {
-                host.set_idle(executor);
-                host.drain();
-                self.input(node, |protocol, now, host| protocol.handle_idle(now, host));
-            }
+            None => self.input(node, |protocol, now, host| protocol.handle_idle(now, host)),
         }
     }
 
@@ -171,12 +154,10 @@ impl Engine<'_> {
         };
         let host = &mut self.nodes[node as usize].host;
         if finished {
-            host.core.complete(call.ticket, Outcome::Finish);
-            host.drain();
+            host.complete(executor, call.ticket, Outcome::Finish);
             self.finished(node, id, body);
         } else {
-            host.core.complete(call.ticket, Outcome::Suspend(body));
-            host.drain();
+            host.complete(executor, call.ticket, Outcome::Suspend(body));
         }
         self.ask_for_work(node, executor);
         Ok(())
@@ -205,32 +186,16 @@ impl Engine<'_> {
         let mut first = None;
         for &child in children {
             let spec = &workload.activities[child as usize];
-            let id = state.own_ids.issue();
+            let id = state.host.issue(executor);
             first.get_or_insert(id.seq());
-            let (origin, stealable) = match spec.placement {
-                Placement::Anywhere => (Origin::Executor(executor), true),
-                Placement::Node => {
-                    state.host.local.check(id, &spec.contexts, None)?;
-                    (Origin::Outside, false)
-                }
-                Placement::Executor => (Origin::Executor(executor), false),
+            let body = Body {
+                spec: child,
+                attempt: 0,
+                parent: Some(parent),
+                children: None,
             };
-            state.host.core.submit(
-                origin,
-                Submission {
-                    id,
-                    body: Body {
-                        spec: child,
-                        attempt: 0,
-                        parent: Some(parent),
-                        children: None,
-                    },
-                    contexts: spec.contexts.clone(),
-                    stealable,
-                },
-            )?;
+            (state.host).submit_child(executor, id, body, spec.contexts.clone(), spec.placement)?;
         }
-        state.host.drain();
         let count = children.len() as u64;
         body.children = Some(Box::new(Children {
             stage,

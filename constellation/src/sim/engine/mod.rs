@@ -291,7 +291,7 @@ impl<'a> Engine<'a> {
             .filter(|node| node.life == Life::Alive)
             .collect();
         let counts = (live.iter())
-            .map(|node| node.host.core.counts())
+            .map(|node| node.host.counts())
             .fold(Default::default(), crate::core::Counts::merge);
         SimError::Stalled {
             at: seconds(self.now),

@@ -19,14 +19,10 @@ use super::host::SimHost;
 use super::records::Started;
 use super::{Engine, Ev, SimEnvelope, Time};
 use crate::core::MatchTable;
-use crate::id::{ActivityId, IdIssuer, NodeId};
+use crate::id::{ActivityId, NodeId};
 use crate::protocol::{MemberInfo, Node, NodeEvent, Settings};
 use crate::sim::model::{Model, NodeSpec};
 use crate::sim::SimError;
-
-/// Issuer slots: outside submissions and executors' submissions.
-const OUTSIDE_SLOT: u16 = 0;
-const OWN_SLOT: u16 = 1;
 
 /// The steal pool every simulated node belongs to and steals from.
 const STEAL_POOL: &str = "default";
@@ -60,8 +56,6 @@ pub(super) struct SimNode {
     pub(super) protocol: Option<Node<u32, SimHost>>,
     pub(super) host: SimHost,
     pub(super) executors: Vec<Exec>,
-    pub(super) outside_ids: IdIssuer,
-    pub(super) own_ids: IdIssuer,
     pub(super) started: FxHashMap<ActivityId, Started>,
     /// Steal requests it answered.
     pub(super) requests_handled: u64,
@@ -104,8 +98,6 @@ impl SimNode {
             protocol: None,
             host: SimHost::new(id, offered, pool),
             executors,
-            outside_ids: IdIssuer::new(id, OUTSIDE_SLOT),
-            own_ids: IdIssuer::new(id, OWN_SLOT),
             started: FxHashMap::default(),
             requests_handled: 0,
             answering_until: 0,
@@ -266,7 +258,22 @@ impl Engine<'_> {
     /// the node itself lets idle executors ask a new member, and the
     /// simulator reads members only to report when membership converged.
     pub(super) fn settle(&mut self, node: u32) {
-        self.start_runs(node);
+        let now = self.instant();
+        loop {
+            self.start_runs(node);
+            let state = &mut self.nodes[node as usize];
+            let Some(protocol) = state.protocol.as_mut() else {
+                return;
+            };
+            // Events a shard sent off the node go where the protocol says.
+            let away = std::mem::take(&mut state.host.away);
+            if away.is_empty() {
+                break;
+            }
+            for event in away {
+                protocol.route(event, now, &mut state.host);
+            }
+        }
         let state = &mut self.nodes[node as usize];
         let Some(protocol) = state.protocol.as_mut() else {
             return;
