@@ -114,6 +114,9 @@ pub struct MessageCounts {
     /// [`wide_area`](Self::wide_area) counts those between sites too.
     #[serde(default)]
     pub membership: u64,
+    /// Membership messages between different sites.
+    #[serde(default)]
+    pub wide_area_membership: u64,
     /// Input transfers from another site.
     pub wide_area_transfers: u64,
     /// Bytes of those transfers.

@@ -62,9 +62,13 @@ impl Engine<'_> {
             }
             Message::Swim(packet) => {
                 counts.membership += 1;
+                counts.wide_area_membership += u64::from(across);
                 bytes += packet.len() as u64;
             }
-            Message::Hello { .. } | Message::Leaving => counts.membership += 1,
+            Message::Hello { .. } | Message::Leaving => {
+                counts.membership += 1;
+                counts.wide_area_membership += u64::from(across);
+            }
         }
         let delay = self.network.message_delay(a, b, bytes);
         let at = self.now.saturating_add(after).saturating_add(delay);
