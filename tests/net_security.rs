@@ -3,8 +3,8 @@
 //! A real node runs in this process; a raw libp2p client with the pool key
 //! (so it gets past pnet, noise and yamux) opens `/constellation/1` streams
 //! and writes bytes of its choosing: frames that do not decode, a frame that
-//! announces more than the node accepts, and a well-formed request from a
-//! peer that never said hello. A plain TCP socket writes random bytes where
+//! announces more than the node accepts, and a well-formed message sent in
+//! another peer's name. A plain TCP socket writes random bytes where
 //! the pnet handshake should be. Afterwards a second node joins and work
 //! submitted at the first still runs to the right answer.
 //!
@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use constellation::collect::SingleEventCollector;
 use constellation::net::codec::{decode_frame, encode_frame, DEFAULT_MAX_FRAME, PROTOCOL};
-use constellation::net::message::{Request, Response};
+use constellation::net::message::{Envelope, NetPeer, Request, Response};
 use constellation::net::transport::build_transport;
 use constellation::net::{Node, NodeConfig, PoolKey};
-use constellation::Pool;
+use constellation::protocol::{MemberId, Message};
+use constellation::{NodeId, Pool};
 use constellation_workloads::{fib_sequential, within_limit, Fib};
 use futures::prelude::*;
 use libp2p::multiaddr::Protocol;
@@ -376,8 +377,9 @@ fn tcp_address(node: &Node) -> SocketAddr {
 
 // ----- tests -----------------------------------------------------------
 
-/// Garbage and oversized frames fail on the client's side, a request from
-/// a stranger is refused in words, and the node serves on afterwards.
+/// Garbage and oversized frames fail on the client's side, a message in
+/// another peer's name is refused in words, and the node serves on
+/// afterwards.
 #[test]
 fn garbage_frames_fail_and_the_node_still_serves() {
     within_limit(TEST_LIMIT, || {
@@ -399,14 +401,27 @@ fn garbage_frames_fail_and_the_node_still_serves() {
             "a 1 GiB frame got {outcome:?}"
         );
 
-        // (c) Well framed but not allowed: a stranger must say hello first.
-        let frame = encode_frame(&Request::Deliver(Vec::new()), DEFAULT_MAX_FRAME).unwrap();
+        // (c) Well framed but not allowed: the client speaks for a peer it
+        // is not.
+        let impostor = Envelope {
+            from: MemberId {
+                node: NodeId::random(),
+                peer: NetPeer {
+                    id: PeerId::random().to_string(),
+                    addrs: vec!["/ip4/127.0.0.1/tcp/9".to_string()],
+                },
+                bump: 0,
+            },
+            message: Message::Leaving,
+        };
+        let request = Request::Protocol(Box::new(impostor));
+        let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
         match client.send(frame, Duration::ZERO) {
             Outcome::Answered(bytes) => match decode_frame::<Response>(&bytes, DEFAULT_MAX_FRAME) {
                 Ok(Response::Refused(_)) => {}
-                other => panic!("a stranger's Deliver got {other:?}"),
+                other => panic!("a message in another peer's name got {other:?}"),
             },
-            Outcome::Failed(error) => panic!("a stranger's Deliver failed: {error}"),
+            Outcome::Failed(error) => panic!("a message in another peer's name failed: {error}"),
         }
         assert!(
             node.members().is_empty(),

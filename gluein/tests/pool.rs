@@ -96,7 +96,10 @@ fn work_on_a_killed_agent_runs_again_on_another() {
     let dir = scratch("pool-kill");
     let _pool = start_pool(&dir);
     let mut victim = spawn_agent(&dir, 2, "victim", &[]);
-    let _survivor = spawn_agent(&dir, 2, "survivor", &["--idle-timeout", "3s"]);
+    // The survivor must outstay the victim's death being noticed: SWIM
+    // gives a silent member up about failure_timeout (3 s) plus three probe
+    // periods (1.5 s each) after it died, and the survivor is idle by then.
+    let _survivor = spawn_agent(&dir, 2, "survivor", &["--idle-timeout", "12s"]);
     let graph = sleepers(&dir, 16, 0.5);
     let runner = Command::new(BIN)
         .args([

@@ -288,21 +288,27 @@ mod tests {
     use super::*;
     use crate::context::{Context, ContextList, ExecutorContext, Preference};
     use crate::id::{ActivityId, NodeId};
-    use crate::net::message::{Member, Notice, StealRequest, WireActivity, WireEvent};
+    use crate::net::message::{
+        Envelope, Member, MemberStatus, NetPeer, PackedActivity, RelabelRequest, WireEvent,
+    };
+    use crate::protocol::{MemberId, MemberInfo, Message, Notice, Travelling};
 
-    fn member(master: bool) -> Member {
-        Member {
+    fn executors() -> Vec<ExecutorContext> {
+        vec![
+            ExecutorContext::anywhere(),
+            ExecutorContext::new([Context::new("GPU").with_range(1, 8)])
+                .with_preference(Preference::Biggest),
+        ]
+    }
+
+    fn sender() -> MemberId<NetPeer> {
+        MemberId {
             node: NodeId::random(),
-            peer: "12D3KooWExamplePeer".to_string(),
-            addrs: vec!["/ip4/127.0.0.1/tcp/4001".to_string()],
-            site: if master { Some("vu".to_string()) } else { None },
-            steal_pool: "pool".to_string(),
-            master,
-            executors: vec![
-                ExecutorContext::anywhere(),
-                ExecutorContext::new([Context::new("GPU").with_range(1, 8)])
-                    .with_preference(Preference::Biggest),
-            ],
+            peer: NetPeer {
+                id: "12D3KooWExamplePeer".to_string(),
+                addrs: vec!["/ip4/127.0.0.1/tcp/4001".to_string()],
+            },
+            bump: 3,
         }
     }
 
@@ -314,56 +320,125 @@ mod tests {
         }
     }
 
-    fn activity(node: NodeId, body: Vec<u8>) -> WireActivity {
-        WireActivity {
+    fn activity(node: NodeId, state: Vec<u8>) -> Travelling<PackedActivity> {
+        Travelling {
             id: ActivityId::new(node, 7),
-            body,
+            body: PackedActivity {
+                state,
+                pending: vec![event(node)],
+            },
             contexts: ContextList::anywhere(),
             attempt: 2,
-            pending: vec![event(node)],
+        }
+    }
+
+    fn envelope(message: Message<PackedActivity, WireEvent>) -> Request {
+        Request::Protocol(Box::new(signed(message)))
+    }
+
+    fn signed(message: Message<PackedActivity, WireEvent>) -> Envelope {
+        Envelope {
+            from: sender(),
+            message,
         }
     }
 
     fn requests() -> Vec<Request> {
         let node = NodeId::random();
+        let mut ranked = activity(node, vec![1, 2, 3]);
+        ranked.contexts =
+            ContextList::priority([Context::new("site:vu"), Context::new("size").with_rank(812)]);
         vec![
-            Request::Hello(member(true)),
-            Request::Steal(StealRequest {
+            envelope(Message::Swim(vec![0, 1, 2, 0xff])),
+            envelope(Message::Hello {
+                info: MemberInfo {
+                    site: Some("vu".to_string()),
+                    steal_pool: "pool".to_string(),
+                    master: true,
+                    executors: executors(),
+                },
+                answer: true,
+            }),
+            envelope(Message::Steal {
+                request: 17,
                 thief: ExecutorContext::anywhere(),
                 steal_from: "pool".to_string(),
                 max: 4,
             }),
-            Request::Deliver(vec![
+            envelope(Message::Loot {
+                request: 17,
+                activities: vec![activity(node, vec![0xde, 0xad]), ranked],
+            }),
+            envelope(Message::Loot {
+                request: 18,
+                activities: Vec::new(),
+            }),
+            envelope(Message::Notices(vec![
                 Notice::Event(event(node)),
                 Notice::Finished(ActivityId::new(node, 7)),
                 Notice::Moved {
                     id: ActivityId::new(node, 8),
                     at: NodeId::random(),
                 },
+                Notice::GaveUp {
+                    id: ActivityId::new(node, 10),
+                    reason: "its nodes died".to_string(),
+                },
+                Notice::Relabelled(executors()),
+                Notice::Declined(ActivityId::new(node, 11)),
                 Notice::Returned {
                     id: ActivityId::new(node, 9),
                     reason: "unknown type".to_string(),
                 },
-            ]),
-            Request::Deliver(Vec::new()),
-            Request::Leave,
+            ])),
+            envelope(Message::Notices(Vec::new())),
+            envelope(Message::Leaving),
+            Request::Status,
+            Request::Relabel(RelabelRequest {
+                executors: Some(vec![0, 2]),
+                context: ExecutorContext::new([Context::new("GPU")]),
+            }),
         ]
     }
 
     fn responses() -> Vec<Response> {
-        let node = NodeId::random();
-        let mut ranked = activity(node, vec![1, 2, 3]);
-        ranked.contexts =
-            ContextList::priority([Context::new("site:vu"), Context::new("size").with_rank(812)]);
-        vec![
-            Response::Welcome {
-                me: member(true),
-                members: vec![member(false), member(false)],
+        let status = MemberStatus {
+            member: Member {
+                node: NodeId::random(),
+                peer: "12D3KooWExamplePeer".to_string(),
+                addrs: vec!["/ip4/127.0.0.1/tcp/4001".to_string()],
+                site: None,
+                steal_pool: "default".to_string(),
+                master: false,
+                executors: executors(),
             },
-            Response::Loot(vec![activity(node, vec![0xde, 0xad]), ranked]),
-            Response::Loot(Vec::new()),
+            role: "agent".to_string(),
+            host: "node017".to_string(),
+            pid: 4242,
+            uptime_s: 12.5,
+            busy: vec![true, false],
+            queued: vec![("GPU".to_string(), 3)],
+            running: 1,
+            waiting: 0,
+            finished: 99,
+            walltime_left_s: Some(3600.0),
+            longest_call_s: 0.25,
+            draining: false,
+            members_known: 7,
+        };
+        let node = NodeId::random();
+        vec![
             Response::Ack,
+            Response::Reply(vec![
+                signed(Message::Loot {
+                    request: 3,
+                    activities: vec![activity(node, vec![0xca, 0xfe])],
+                }),
+                signed(Message::Swim(vec![7; 40])),
+            ]),
+            Response::Reply(Vec::new()),
             Response::Refused("not a member".to_string()),
+            Response::Status(Box::new(status)),
         ]
     }
 
@@ -394,7 +469,10 @@ mod tests {
 
     #[test]
     fn encoding_over_the_limit_is_refused() {
-        let big = Response::Loot(vec![activity(NodeId::random(), vec![0; 1000])]);
+        let big = envelope(Message::Loot {
+            request: 1,
+            activities: vec![activity(NodeId::random(), vec![0; 1000])],
+        });
         match encode_frame(&big, 100) {
             Err(FrameError::TooLarge { len, max: 100 }) => assert!(len > 1000),
             other => panic!("expected TooLarge, got {other:?}"),
@@ -495,7 +573,7 @@ mod tests {
 
     #[test]
     fn codec_reports_a_stream_that_ends_early() {
-        let frame = encode_frame(&Request::Leave, DEFAULT_MAX_FRAME).unwrap();
+        let frame = encode_frame(&Request::Status, DEFAULT_MAX_FRAME).unwrap();
         let protocol = StreamProtocol::new(PROTOCOL);
         let mut codec = FrameCodec::default();
         for cut in 0..frame.len() {
@@ -523,7 +601,7 @@ mod tests {
 
     #[test]
     fn trailing_bytes_are_errors() {
-        let mut frame = encode_frame(&Request::Leave, DEFAULT_MAX_FRAME).unwrap();
+        let mut frame = encode_frame(&Request::Status, DEFAULT_MAX_FRAME).unwrap();
         frame.push(0);
         assert!(matches!(
             decode_frame::<Request>(&frame, DEFAULT_MAX_FRAME),
@@ -533,7 +611,7 @@ mod tests {
 
     #[test]
     fn junk_after_the_message_inside_the_body_is_malformed() {
-        let mut body = rmp_serde::to_vec(&Request::Leave).unwrap();
+        let mut body = rmp_serde::to_vec(&Request::Status).unwrap();
         body.push(0xc0);
         let mut frame = (body.len() as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(&body);
@@ -599,11 +677,14 @@ mod tests {
         const MIB: usize = 1024 * 1024;
         // Values >= 128 would take two bytes each if written as integers.
         let body: Vec<u8> = (0..MIB).map(|i| 128 + (i % 128) as u8).collect();
-        let loot = Response::Loot(vec![activity(NodeId::random(), body.clone())]);
+        let loot = envelope(Message::Loot {
+            request: 1,
+            activities: vec![activity(NodeId::random(), body.clone())],
+        });
         let frame = encode_frame(&loot, DEFAULT_MAX_FRAME).unwrap();
         assert!(frame.len() > MIB);
         assert!(frame.len() < MIB + 256, "frame is {} bytes", frame.len());
-        let back: Response = decode_frame(&frame, DEFAULT_MAX_FRAME).unwrap();
+        let back: Request = decode_frame(&frame, DEFAULT_MAX_FRAME).unwrap();
         assert_eq!(back, loot);
     }
 

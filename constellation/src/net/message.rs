@@ -8,23 +8,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::{ContextList, ExecutorContext};
+use crate::context::ExecutorContext;
 use crate::id::{ActivityId, NodeId};
+use crate::protocol;
 
 /// A request from one node to another.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
-    /// "This is me": sent to every member on connecting. Answered with
-    /// [`Response::Welcome`].
-    Hello(Member),
-    /// An idle executor asks for work it can run. Answered with
-    /// [`Response::Loot`], possibly empty.
-    Steal(StealRequest),
-    /// Events and bookkeeping for activities, in the order they happened.
-    /// Answered with [`Response::Ack`].
-    Deliver(Vec<Notice>),
-    /// The sender leaves the pool: it runs nothing and holds nothing any more.
-    Leave,
+    /// A message of the node protocol ([`protocol::Message`]), with its
+    /// sender. Answered once it arrived, with [`Response::Ack`], or with
+    /// [`Response::Reply`] when the receiver answers it at once; with
+    /// [`Response::Refused`] if the sender is not who it says it is. The
+    /// answer is the transport's: what the message means, the receiving
+    /// [`protocol::Node`] decides.
+    Protocol(Box<Envelope>),
     /// "How are you doing?": answered with [`Response::Status`].
     Status,
     /// Gives the receiver's executors a new context while they run.
@@ -40,21 +37,45 @@ pub enum Request {
 /// The answer to a [`Request`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
-    /// The answer to [`Request::Hello`]: who answers, and every member it knows.
-    Welcome {
-        /// The answering node.
-        me: Member,
-        /// The other members it knows, so the newcomer can dial them.
-        members: Vec<Member>,
-    },
-    /// Activities for the thief, possibly none.
-    Loot(Vec<WireActivity>),
-    /// The request was carried out.
+    /// The request arrived, or was carried out.
     Ack,
+    /// A protocol message arrived, and these are the receiver's messages
+    /// for its sender that it gave in return (a loot for a steal request,
+    /// a SWIM ack for a probe, a hello for a hello), in order. They ride
+    /// on the acknowledgement instead of taking a request each: one
+    /// stream instead of two for every question and its answer.
+    Reply(Vec<Envelope>),
     /// The request was refused; the text says why.
     Refused(String),
     /// The answer to [`Request::Status`].
     Status(Box<MemberStatus>),
+}
+
+/// A node protocol message as it crosses the network: peers are libp2p
+/// peers, activities travel packed, events with encoded payloads.
+pub type Envelope = protocol::Envelope<NetPeer, PackedActivity, WireEvent>;
+
+/// How the network names a member: its libp2p peer id and the addresses it
+/// listens on, so that any member that hears of it can dial it.
+///
+/// This is the node protocol's peer key (`P` of [`protocol::Node`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NetPeer {
+    /// Its libp2p peer id, as text.
+    pub id: String,
+    /// Addresses it listens on (multiaddrs without the `/p2p/` suffix, as text).
+    pub addrs: Vec<String>,
+}
+
+/// An activity on its way to another node, packed: the body of a
+/// [`protocol::Travelling`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackedActivity {
+    /// Its state, as [`encode_activity`](crate::wire::encode_activity) wrote it.
+    #[serde(with = "serde_bytes")]
+    pub state: Vec<u8>,
+    /// Events that reached it before it started.
+    pub pending: Vec<WireEvent>,
 }
 
 /// Which executors of a node get which new context.
@@ -99,7 +120,7 @@ pub struct MemberStatus {
     pub members_known: u32,
 }
 
-/// One member of a pool, as the others know it.
+/// A member as it describes itself in a [`MemberStatus`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Member {
     /// The node's id; activity ids it issues carry it.
@@ -119,33 +140,6 @@ pub struct Member {
     pub executors: Vec<ExecutorContext>,
 }
 
-/// A request for work.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StealRequest {
-    /// What the idle executor offers, in its priority and preference order.
-    pub thief: ExecutorContext,
-    /// The steal pool the thief steals from.
-    pub steal_from: String,
-    /// The most activities the thief wants.
-    pub max: u32,
-}
-
-/// An activity on its way to another node, never started.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireActivity {
-    /// Its id, which it keeps.
-    pub id: ActivityId,
-    /// Its state, as [`encode_activity`](crate::wire::encode_activity) wrote it.
-    #[serde(with = "serde_bytes")]
-    pub body: Vec<u8>,
-    /// Where it may run.
-    pub contexts: ContextList,
-    /// How many times it was handed out before, by nodes that then died.
-    pub attempt: u32,
-    /// Events that reached it before it started.
-    pub pending: Vec<WireEvent>,
-}
-
 /// An event crossing the network.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WireEvent {
@@ -158,45 +152,12 @@ pub struct WireEvent {
     pub payload: Vec<u8>,
 }
 
-/// One item of a [`Request::Deliver`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Notice {
-    /// A member the sender just met: passed on to every member, so all
-    /// learn of a newcomer in one hop instead of waiting to be dialled.
-    Joined(Member),
-    /// An event for an activity the receiver holds or knows the way to.
-    Event(WireEvent),
-    /// An activity the receiver exported (directly, or through a chain of
-    /// thieves) has finished; the receiver drops its copy.
-    Finished(ActivityId),
-    /// An activity that originated at the receiver now lives at `at`, so
-    /// events for it take at most two hops.
-    Moved {
-        /// The activity.
-        id: ActivityId,
-        /// The node that holds it now.
-        at: NodeId,
-    },
-    /// An activity the receiver exported was given up: the node it went to
-    /// died too often, or it may not be restarted. The receiver drops its
-    /// copy and passes the news on towards the activity's origin.
-    GaveUp {
-        /// The activity.
-        id: ActivityId,
-        /// Why it was given up.
-        reason: String,
-    },
-    /// The sender's executors were relabelled; they offer this now.
-    Relabelled(Vec<ExecutorContext>),
-    /// An activity the receiver exported arrived as the thief was leaving
-    /// the pool; the exporter queues it again as it was.
-    Declined(ActivityId),
-    /// An activity the receiver exported could not be taken in (its type is
-    /// unknown to the thief's binary); the exporter keeps it.
-    Returned {
-        /// The activity.
-        id: ActivityId,
-        /// Why the thief could not take it.
-        reason: String,
-    },
+impl protocol::Routed for WireEvent {
+    fn source(&self) -> ActivityId {
+        self.source
+    }
+
+    fn target(&self) -> ActivityId {
+        self.target
+    }
 }

@@ -22,19 +22,28 @@
 //!
 //! # Transport
 //! TCP, then a pnet pre-shared key ([`key`]), then noise, then yamux, with
-//! one request-response protocol ([`message`], framed by [`codec`]) and
-//! identify and ping. QUIC is not offered: it cannot carry a pnet key. A
-//! node that listens on anything but loopback refuses to start without a key.
+//! one request-response protocol ([`message`], framed by [`codec`]). QUIC
+//! is not offered: it cannot carry a pnet key. A node that listens on
+//! anything but loopback refuses to start without a key.
+//!
+//! # The node protocol
+//! Everything between nodes is decided by one sans-IO state machine,
+//! [`protocol::Node`](crate::protocol::Node), the same one the simulator
+//! runs; the driver thread only carries its messages over libp2p, feeds it
+//! the time, and hosts it on the local pool. What follows is what that
+//! protocol does; its module says how.
 //!
 //! # Membership
-//! A node dials its bootstrap addresses and says hello; each answer lists
-//! the members the answerer knows, which the newcomer dials in turn, so
-//! every node learns every member and what its executors offer. A member
-//! whose connections are gone, or whose pings fail, for
-//! [`NodeConfig::failure_timeout`] is declared dead.
+//! A node says hello to its bootstrap nodes; from then on SWIM (through
+//! `foca`) spreads membership: every node learns every member and what its
+//! executors offer. SWIM probes members at random; a member that does not
+//! answer is suspected, and declared dead if it does not refute that within
+//! [`NodeConfig::failure_timeout`]. A node starved of CPU for a while is
+//! suspected, refutes, and stays a member; one that was declared dead all
+//! the same rejoins under a renewed identity.
 //!
 //! # Stealing
-//! An executor that finds nothing on its node goes to sleep and the driver
+//! An executor that finds nothing on its node goes to sleep and the node
 //! asks another node for work matching that executor's context, choosing
 //! the victim by [`Strategy`]. At most one request per distinct executor
 //! context is in flight, and full rounds of empty replies make it pause
@@ -87,12 +96,14 @@ use crate::id::{ActivityId, NodeId};
 use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
 use message::{Request, Response};
 
-pub use driver::NetStats;
+pub use crate::protocol::steal::{Strategy, WideSteal};
+/// What a node counts: the node protocol's counters, with the frames and
+/// connections the driver refused.
+pub use crate::protocol::Stats as NetStats;
 pub use key::PoolKey;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
-pub use message::{MemberStatus, RelabelRequest};
-pub use crate::protocol::steal::{Strategy, WideSteal};
+pub use message::{MemberStatus, NetPeer, RelabelRequest};
 
 /// How a node joins and behaves in a pool.
 #[derive(Debug, Clone)]
@@ -121,7 +132,10 @@ pub struct NodeConfig {
     /// for (by default: what the idle executors can start, doubling while
     /// the site stays dry).
     pub wide_steal: WideSteal,
-    /// How long a member may be unreachable before it is declared dead.
+    /// How long a member SWIM suspects (it missed a probe) has to show it
+    /// is alive before it is declared dead. SWIM probes every half of this
+    /// (at most every 2 s), so a member that died is given up about this
+    /// plus three probe periods later: 7.5 s for the default 3 s.
     pub failure_timeout: Duration,
     /// How many times an activity may be handed out before it is given up
     /// when the nodes running it die.

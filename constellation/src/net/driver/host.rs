@@ -1,0 +1,220 @@
+//! The local pool as the node protocol's [`Host`]: it packs activities for
+//! the wire and unpacks them, and delivers events, when the
+//! [`protocol::Node`](crate::protocol::Node) says so.
+
+use std::sync::Arc;
+
+use crate::activity::Activity;
+use crate::context::ExecutorContext;
+use crate::core::{Place, Stolen};
+use crate::event::{Event, Payload, PayloadError};
+use crate::id::ActivityId;
+use crate::local::{Arrival, Pool, OFF_NODE};
+use crate::net::message::{PackedActivity, WireEvent};
+use crate::protocol::{Delivery, Export, Host, Travelling};
+use crate::wire::{decode_activity, encode_activity, WireError};
+
+/// The local pool, seen from the node protocol.
+pub(crate) struct PoolHost {
+    pool: Arc<Pool>,
+    /// How many bytes of activity state one steal reply may carry: half
+    /// the largest frame, leaving room for the pending events and the
+    /// envelope around them.
+    loot_budget: usize,
+}
+
+impl PoolHost {
+    /// The host of `pool`, whose steal replies must fit frames of
+    /// `max_frame` bytes.
+    pub(crate) fn new(pool: Arc<Pool>, max_frame: usize) -> Self {
+        PoolHost {
+            pool,
+            loot_budget: max_frame / 2,
+        }
+    }
+
+    /// The pool itself, for what the protocol does not cover (status,
+    /// relabelling).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Queues an activity taken for export here again; `stealable: false`
+    /// keeps it on this node from now on.
+    fn keep(&self, mut activity: Stolen<Box<dyn Activity>>, stealable: bool) {
+        let id = activity.id;
+        let trail = std::mem::take(&mut activity.trail);
+        activity.stealable &= stealable;
+        if let Err(error) = self.pool.reclaim(activity, &trail) {
+            tracing::error!(%id, %error, "could not keep an activity that did not leave");
+        }
+    }
+}
+
+impl Host for PoolHost {
+    type Body = PackedActivity;
+    type Event = WireEvent;
+
+    fn executor_contexts(&self) -> Vec<ExecutorContext> {
+        self.pool.executor_contexts().to_vec()
+    }
+
+    fn idle_contexts(&self) -> Vec<(ExecutorContext, usize)> {
+        let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
+        for executor in self.pool.idle_executors() {
+            if let Some(context) = self.pool.executor_context(executor) {
+                match contexts.iter_mut().find(|(c, _)| *c == context) {
+                    Some((_, count)) => *count += 1,
+                    None => contexts.push((context, 1)),
+                }
+            }
+        }
+        contexts
+    }
+
+    fn queued(&self) -> usize {
+        self.pool.queued()
+    }
+
+    /// Packs what the pool hands over until the reply's byte budget is
+    /// spent. An activity past the budget stays here for the next thief; one
+    /// that alone exceeds it, or cannot be encoded, stays here for good.
+    fn export(&mut self, thief: &ExecutorContext, max: usize) -> Vec<Export<PackedActivity>> {
+        let mut loot = Vec::new();
+        let mut bytes = 0usize;
+        for activity in self.pool.export(thief, max) {
+            let id = activity.id;
+            let body = match pack(&activity) {
+                Ok(body) if bytes + body.state.len() < self.loot_budget => body,
+                Ok(_) if bytes > 0 => {
+                    // Too big for this reply; the next one can carry it.
+                    self.keep(activity, true);
+                    continue;
+                }
+                Ok(_) => {
+                    let limit = self.loot_budget;
+                    tracing::error!(%id, limit, "an activity is too large to travel in a frame; it stays here");
+                    self.keep(activity, false);
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%id, %error, "an activity cannot be encoded; it stays here");
+                    self.keep(activity, false);
+                    continue;
+                }
+            };
+            bytes += body.state.len();
+            loot.push(Export {
+                id,
+                body,
+                contexts: activity.contexts,
+                trail: activity.trail,
+                restartable: activity.body.restartable(),
+            });
+        }
+        loot
+    }
+
+    fn import(&mut self, activity: Travelling<PackedActivity>) -> Result<(), String> {
+        let id = activity.id;
+        let mut stolen = unpack(id, &activity.body, activity.contexts, true)
+            .map_err(|error| error.to_string())?;
+        // Who handed it over waits to hear that it finished.
+        stolen.trail = vec![OFF_NODE];
+        self.pool.import(stolen).map_err(|error| error.to_string())
+    }
+
+    fn reclaim(
+        &mut self,
+        export: &Export<PackedActivity>,
+        _attempt: u32,
+        stealable: bool,
+    ) -> Result<(), String> {
+        let stolen = unpack(export.id, &export.body, export.contexts.clone(), stealable)
+            .map_err(|error| format!("its copy no longer decodes: {error}"))?;
+        self.pool
+            .reclaim(stolen, &export.trail)
+            .map_err(|error| error.to_string())
+    }
+
+    fn settle(&mut self, id: ActivityId, trail: &[Place]) {
+        let trail: Vec<Place> = (trail.iter())
+            .copied()
+            .filter(|&place| place != OFF_NODE)
+            .collect();
+        self.pool.exported_finished(id, &trail);
+    }
+
+    fn deliver(&mut self, event: WireEvent) -> Delivery<WireEvent> {
+        match self.pool.deliver_from_network(local_event(event)) {
+            Arrival::Delivered => Delivery::Delivered,
+            Arrival::Gone(undeliverable) => {
+                // The node logs the loss and counts it; this says why.
+                tracing::debug!(%undeliverable, "its target is gone");
+                Delivery::Gone
+            }
+            Arrival::Away(event) => match wire_event(&event) {
+                Ok(event) => Delivery::Away(event),
+                Err(error) => {
+                    // It came from the network, so its payload is encoded
+                    // already; this would be a bug.
+                    tracing::warn!(source = %event.source, target = %event.target, %error, "event lost: its payload cannot be encoded");
+                    Delivery::Gone
+                }
+            },
+            Arrival::Unknown(event) => match wire_event(&event) {
+                Ok(event) => Delivery::Unknown(event),
+                Err(error) => {
+                    tracing::warn!(source = %event.source, target = %event.target, %error, "event lost: its payload cannot be encoded");
+                    Delivery::Gone
+                }
+            },
+        }
+    }
+}
+
+/// An activity's state and buffered events, encoded for the wire.
+fn pack(activity: &Stolen<Box<dyn Activity>>) -> Result<PackedActivity, String> {
+    let state = encode_activity(&*activity.body).map_err(|error| error.to_string())?;
+    let pending = (activity.pending.iter())
+        .map(wire_event)
+        .collect::<Result<_, _>>()
+        .map_err(|error| format!("an event waiting for it: {error}"))?;
+    Ok(PackedActivity { state, pending })
+}
+
+/// An activity off the wire, ready for the pool, with an empty trail.
+fn unpack(
+    id: ActivityId,
+    body: &PackedActivity,
+    contexts: crate::context::ContextList,
+    stealable: bool,
+) -> Result<Stolen<Box<dyn Activity>>, WireError> {
+    Ok(Stolen {
+        id,
+        body: decode_activity(&body.state)?,
+        contexts,
+        stealable,
+        pending: body.pending.iter().cloned().map(local_event).collect(),
+        trail: Vec::new(),
+    })
+}
+
+/// An event as it crosses the network: its payload encoded.
+pub(crate) fn wire_event(event: &Event) -> Result<WireEvent, PayloadError> {
+    Ok(WireEvent {
+        source: event.source,
+        target: event.target,
+        payload: event.payload.encode()?,
+    })
+}
+
+/// An event off the network, for the pool; its payload is decoded when
+/// its activity takes it.
+pub(crate) fn local_event(wire: WireEvent) -> Event {
+    Event {
+        source: wire.source,
+        target: wire.target,
+        payload: Payload::from_encoded(wire.payload),
+    }
+}
