@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Parser;
-use constellation::net::Strategy;
+use constellation::protocol::steal::Strategy;
 use constellation::sim::{simulate, ComparisonSetup, WideSteal};
 
 #[derive(Parser)]
@@ -125,6 +125,14 @@ fn main() -> anyhow::Result<()> {
     println!(
         "moved               {} ({} across sites)",
         m.moved, m.wide_area_moved
+    );
+    println!(
+        "membership          {} messages ({:.2} per node per simulated second), all know all at {}",
+        m.membership,
+        m.membership as f64 / nodes as f64 / report.makespan.max(1e-9),
+        report
+            .membership_converged
+            .map_or("never".to_string(), |at| format!("{at:.3} s"))
     );
     println!(
         "master load         {} requests (busiest victim {})",

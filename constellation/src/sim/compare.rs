@@ -181,7 +181,9 @@ pub struct ComparisonRow {
     /// (zero unless the model gives answering a cost); near 1, it saturates.
     #[serde(default)]
     pub master_busy: f64,
-    /// Messages between sites per activity.
+    /// Messages of the work between sites per activity: steal requests,
+    /// their replies and notices. Membership (SWIM and hellos) is not
+    /// counted: it grows with nodes and time, not with the work.
     pub wide_area_per_activity: f64,
     /// Activities handed from one site to another, per activity: work
     /// that crossed the wide area, some of it more than once.
@@ -218,7 +220,9 @@ impl ComparisonRow {
                 Some(master) if report.makespan > 0.0 => master.answering / report.makespan,
                 _ => 0.0,
             },
-            wide_area_per_activity: report.messages.wide_area as f64 / activities,
+            wide_area_per_activity: (report.messages.wide_area
+                - report.messages.wide_area_membership) as f64
+                / activities,
             wide_area_moved_per_activity: report.messages.wide_area_moved as f64 / activities,
             events: report.events,
         }

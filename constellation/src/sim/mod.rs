@@ -1,17 +1,18 @@
 //! The simulator: a deterministic discrete-event driver of the real
-//! scheduler core, with virtual time and a modelled network.
+//! scheduler core and the real node protocol, with virtual time and a
+//! modelled network.
 //!
 //! Only time and the network are simulated. Each simulated node runs the
 //! same [`Scheduler`](crate::core::Scheduler) as the local and net drivers,
-//! with all its executors; between nodes the simulator follows the net
-//! driver's rules: victim choice and steal throttling from
-//! [`net::steal`](crate::protocol::steal) (master-worker, random, hierarchical),
-//! up to half of the victim's queued work per reply, and the chain of
-//! custody from [`net::custody`](crate::protocol::custody): an exporter keeps a
-//! copy of each activity it hands out until the thief says it finished,
-//! and queues it again (with a higher attempt number, up to
-//! [`Model::max_attempts`]) when the thief is declared dead. Events go to
-//! their target's origin node and follow the core's forwarding pointers.
+//! with all its executors, under the same node protocol,
+//! [`protocol::Node`](crate::protocol::Node): it decides whom to ask for
+//! work and how much (master-worker, random, hierarchical), hands over up
+//! to half of its queued work per reply, keeps custody of what it handed
+//! out and queues it again (with a higher attempt number, up to
+//! [`Model::max_attempts`]) when the thief is declared dead, routes events
+//! to their activity in at most two hops, and keeps membership by SWIM.
+//! The simulator carries its messages over the modelled network and feeds
+//! it virtual time; it makes no decision between nodes itself.
 //!
 //! What is modelled:
 //! - [`Site`]s, with a [`Link`] within each and between each pair (latency,
@@ -23,12 +24,14 @@
 //!   [`Kind`]), input [`Data`] fetched from the nearest replica when the
 //!   activity starts off its sites, and stages of children the activity
 //!   submits through the core and waits for through the core's events.
-//! - Messages: steal requests and replies, finished notices and events
-//!   take the link's latency plus their size over its bandwidth.
+//! - Messages: every protocol message (steal requests and replies,
+//!   notices, membership) takes the link's latency plus its size over the
+//!   link's bandwidth.
 //!
 //! The same [`Model::seed`] gives the same run, event for event: virtual
 //! time is in whole nanoseconds, ties are broken by the order events were
-//! scheduled, and all randomness comes from one seeded generator.
+//! scheduled, and all randomness comes from the seed (each node draws its
+//! own from it).
 //!
 //! ```
 //! use constellation::sim::{simulate, Model, NodeSpec, Site, Workload};
@@ -43,13 +46,14 @@
 //! # Ok::<(), constellation::sim::SimError>(())
 //! ```
 //!
-//! Not modelled: CPU time of the scheduler itself, and the membership
-//! protocol (nodes know each other at once when they join; a dead node is
-//! declared dead by everyone at the same moment, [`Model::failure_timeout`]
-//! after it died, while requests sent to it fail at once, as over a broken
-//! connection). The origin of an activity is not told where it moved (the
-//! net driver's `Moved` notice), so events to it follow the forwarding
-//! pointers hop by hop.
+//! Membership is the protocol's own: a joining node introduces itself to
+//! the master (or, if the master is not there, to the first live node),
+//! and SWIM spreads the news; a dead node is found out by a failed probe
+//! and declared dead [`Model::failure_timeout`] later, while messages
+//! sent to it fail after a round trip, as over a refused connection.
+//!
+//! Not modelled: CPU time of the scheduler and the protocol, except for
+//! answering steal requests when [`Model::answer_cost`] gives that a cost.
 
 mod compare;
 mod engine;

@@ -164,8 +164,8 @@ pub struct NodeSpec {
     pub executors: Vec<ExecutorSpec>,
     /// When it joins the pool, in seconds from the start.
     pub joins_at: f64,
-    /// When it dies, if it does: it stops at once, and the others notice
-    /// after [`Model::failure_timeout`].
+    /// When it dies, if it does: it stops at once, messages to it fail, and
+    /// the others declare it dead by SWIM (see [`Model::failure_timeout`]).
     pub dies_at: Option<f64>,
 }
 
@@ -254,8 +254,20 @@ pub struct Model {
     /// How many times an activity may be handed out before it is given up
     /// when the nodes running it die.
     pub max_attempts: u32,
-    /// Seconds after a node dies before the others declare it dead.
+    /// Seconds a member that failed a membership probe has to refute the
+    /// suspicion before it is declared dead (SWIM's suspicion timeout, the
+    /// net driver's `failure_timeout`). A node that dies is found out when
+    /// someone next probes it, and declared dead this long after the probe
+    /// failed: between `failure_timeout` and `failure_timeout` + about
+    /// three [`probe_period`](Self::probe_period)s after it died. Gossip
+    /// then spreads the news. (Before the simulator ran SWIM, every node
+    /// declared a dead node dead exactly `failure_timeout` after it died.)
     pub failure_timeout: f64,
+    /// Seconds between a node's membership probes, each of a member chosen
+    /// in turn; 1.5 s by default, as the net driver probes with its default
+    /// failure timeout (it probes every half failure timeout).
+    #[serde(default = "default_probe_period")]
+    pub probe_period: f64,
     /// Seconds an event waits at a node for its activity to arrive there.
     pub early_event_wait: f64,
     /// Seconds without any call starting or ending, with nothing running
@@ -280,6 +292,10 @@ pub struct Model {
     pub seed: u64,
 }
 
+fn default_probe_period() -> f64 {
+    1.5
+}
+
 fn default_backoff() -> (f64, f64) {
     use crate::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
     (MIN_BACKOFF.as_secs_f64(), MAX_BACKOFF.as_secs_f64())
@@ -288,7 +304,8 @@ fn default_backoff() -> (f64, f64) {
 impl Model {
     /// A model of these sites and nodes with the net driver's defaults:
     /// random stealing, node 0 as master, 256 activities per steal, 3
-    /// attempts, a 3 s failure timeout, [`Link::wide_area`] between sites.
+    /// attempts, a 3 s failure timeout, probes every 1.5 s,
+    /// [`Link::wide_area`] between sites.
     pub fn new(sites: Vec<Site>, nodes: Vec<NodeSpec>) -> Self {
         Model {
             sites,
@@ -302,6 +319,7 @@ impl Model {
             answer_cost: AnswerCost::default(),
             max_attempts: 3,
             failure_timeout: 3.0,
+            probe_period: default_probe_period(),
             early_event_wait: 10.0,
             stall_timeout: 60.0,
             horizon: 1e7,
@@ -412,6 +430,11 @@ impl Model {
             return bad("max_attempts must be at least 1".into());
         }
         non_negative(self.failure_timeout, "the failure timeout")?;
+        non_negative(self.probe_period, "the probe period")?;
+        // Probes at no interval would fire again and again at one instant.
+        if self.probe_period == 0.0 {
+            return bad("the probe period must be positive".into());
+        }
         non_negative(self.early_event_wait, "the early-event wait")?;
         non_negative(self.stall_timeout, "the stall timeout")?;
         if self.stall_timeout == 0.0 {

@@ -106,8 +106,17 @@ pub struct MessageCounts {
     pub events: u64,
     /// Messages of any kind between different sites.
     pub wide_area: u64,
-    /// Messages lost because their destination had died.
+    /// Messages lost because their destination had died (or had not
+    /// joined yet).
     pub dropped: u64,
+    /// Membership messages: SWIM probes, acknowledgements and gossip, and
+    /// the hellos and goodbyes in which members say what they offer.
+    /// [`wide_area`](Self::wide_area) counts those between sites too.
+    #[serde(default)]
+    pub membership: u64,
+    /// Membership messages between different sites.
+    #[serde(default)]
+    pub wide_area_membership: u64,
     /// Input transfers from another site.
     pub wide_area_transfers: u64,
     /// Bytes of those transfers.
@@ -170,6 +179,12 @@ pub struct SimReport {
     pub efficiency: f64,
     /// Simulator events processed, for measuring the simulator itself.
     pub events: u64,
+    /// When, after the last node joined, every live node's membership
+    /// (SWIM) first listed every other live node, in seconds since the
+    /// start; `None` if that did not happen before the run ended. Until
+    /// then a node steals only from the members it knows.
+    #[serde(default)]
+    pub membership_converged: Option<f64>,
 }
 
 impl SimReport {
