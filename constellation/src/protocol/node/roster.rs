@@ -145,7 +145,11 @@ impl<P: Clone + Eq> Roster<P> {
             .filter_map(|(node, member)| Some((node, member.info.as_ref()?)))
             .filter(|(_, info)| info.steal_pool == steal_from)
             .collect();
-        usable.sort_unstable_by_key(|(node, _)| **node);
+        // As an integer: the same order as the id's bytes (big-endian), but
+        // a comparison is one instruction, not a memcmp call. Listing the
+        // victims of 1,250 nodes while they meet sorted this way spent most
+        // of the simulator's time in memcmp.
+        usable.sort_unstable_by_key(|(node, _)| node.uuid().as_u128());
         for (node, info) in usable {
             let candidate = Candidate {
                 peer: *node,
