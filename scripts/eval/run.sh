@@ -9,7 +9,7 @@
 # Tables go to stdout and OUT_DIR/tables.txt; journals and utilization
 # plots of the simulated runs to OUT_DIR (`constellation report
 # OUT_DIR/scenario1-paper-anywhere.db` reads one). SEEDS (default 3) sets
-# the seeds per configuration. About 6 minutes on 2 cores once the release
+# the seeds per configuration. Over 20 minutes on 2 cores once the release
 # build is there (scripts/eval/run.sh builds it first).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
