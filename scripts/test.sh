@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "checking the toolchain"
+df -h . | tail -n 1 | awk '{ print "disk: " $4 " free of " $2 }' 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "test.sh: cargo is not installed; install Rust (https://rustup.rs) and run again" >&2
   exit 1
@@ -194,14 +195,20 @@ fi
 echo "NVRTC: $nvrtc_lib/libnvrtc.so.12"
 # Rebuilds only the executors crate and its tests; everything else is shared.
 # Passing tests hide their output; show why the GPU tests skipped, if they did.
+# --workspace, not -p: selecting one package makes cargo resolve features
+# for it alone and rebuild libp2p and constellation a second time (about a
+# minute and a gigabyte of target/ for nothing).
 gpu_status=0
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CONSTELLATION_REQUIRE_NVRTC=1 \
-  cargo test -p executors --locked --test gpu -- --nocapture >target/gpu-tests.log 2>&1 || gpu_status=$?
+  cargo test --workspace --locked --test gpu -- --nocapture >target/gpu-tests.log 2>&1 || gpu_status=$?
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CONSTELLATION_REQUIRE_NVRTC=1 \
-  cargo test -p supernova --locked --lib -- --nocapture gpu::tests >>target/gpu-tests.log 2>&1 || gpu_status=$?
+  cargo test --workspace --locked --lib -- --nocapture gpu::tests >>target/gpu-tests.log 2>&1 || gpu_status=$?
 grep -E "^(skipped|compiled|test result)|panicked|CONSTELLATION_REQUIRE_NVRTC" target/gpu-tests.log | sort | uniq -c || true
 if [ "$gpu_status" -ne 0 ]; then
-  echo "test.sh: the GPU tests failed; the whole log is target/gpu-tests.log" >&2
+  # CI keeps only this script's output, so the reason must be printed here.
+  echo "test.sh: the GPU tests failed (cargo exited $gpu_status); the end of target/gpu-tests.log:" >&2
+  grep -v -E "^ +(Compiling|Downloaded|Downloading) " target/gpu-tests.log | tail -n 60 >&2 || true
+  df -h . >&2 || true
   exit "$gpu_status"
 fi
 
