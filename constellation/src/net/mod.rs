@@ -103,6 +103,9 @@ pub use crate::protocol::Stats as NetStats;
 pub use key::PoolKey;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
+/// A node's libp2p identity (an ed25519 key pair), as
+/// [`NodeConfig::identity`] takes it.
+pub use libp2p::identity::Keypair;
 pub use message::{MemberStatus, NetPeer, RelabelRequest};
 
 /// How a node joins and behaves in a pool.
@@ -149,6 +152,10 @@ pub struct NodeConfig {
     pub role: String,
     /// The host this node runs on, for `constellation status`.
     pub host: String,
+    /// The node's libp2p identity; `None` makes a new one. A pool node
+    /// that keeps its identity (and address) across a restart is dialled
+    /// again by the members that knew it, and they recognise its peer id.
+    pub identity: Option<Keypair>,
     /// When this node must be gone (an agent's walltime), if it must.
     pub deadline: Option<Instant>,
 }
@@ -172,6 +179,7 @@ impl Default for NodeConfig {
             early_event_wait: Duration::from_secs(10),
             role: "node".to_string(),
             host: String::new(),
+            identity: None,
             deadline: None,
         }
     }

@@ -101,7 +101,7 @@ pub(crate) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
         idle_pending: idle_pending.clone(),
     });
     let pool = Arc::new(builder.start_with_uplink(uplink)?);
-    let keypair = identity::Keypair::generate_ed25519();
+    let keypair = (config.identity.clone()).unwrap_or_else(identity::Keypair::generate_ed25519);
     let peer = keypair.public().to_peer_id();
     let shared = Arc::new(Shared {
         members: Mutex::new(Vec::new()),
