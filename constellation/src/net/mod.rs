@@ -101,11 +101,11 @@ pub use crate::protocol::steal::{Strategy, WideSteal};
 /// connections the driver refused.
 pub use crate::protocol::Stats as NetStats;
 pub use key::PoolKey;
-/// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
-pub use libp2p::Multiaddr;
 /// A node's libp2p identity (an ed25519 key pair), as
 /// [`NodeConfig::identity`] takes it.
 pub use libp2p::identity::Keypair;
+/// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
+pub use libp2p::Multiaddr;
 pub use message::{MemberStatus, NetPeer, RelabelRequest};
 
 /// How a node joins and behaves in a pool.
