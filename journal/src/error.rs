@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::lock::Writer;
 use crate::open::SCHEMA_VERSION;
 
 /// Why the journal could not be read or written.
@@ -72,6 +73,28 @@ pub enum JournalError {
     Directory {
         /// The database file.
         path: PathBuf,
+        /// The operating system's complaint.
+        source: std::io::Error,
+    },
+    /// Another run writes the journal: it holds the journal's writer
+    /// lock. The lock goes with its process, so this means a live runner.
+    #[error(
+        "the journal {path} is in use by another run ({writer}); wait for it to end, or stop it"
+    )]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+        /// Who holds it, as its lock file says.
+        writer: Writer,
+    },
+    /// The writer lock could not be taken or checked at all (the lock file
+    /// cannot be made or opened, or the file system has no locks).
+    #[error("cannot lock journal {path} for writing (lock file {lock}): {source}")]
+    Lock {
+        /// The database file.
+        path: PathBuf,
+        /// The lock file beside it.
+        lock: PathBuf,
         /// The operating system's complaint.
         source: std::io::Error,
     },

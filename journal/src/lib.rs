@@ -15,18 +15,26 @@
 //! Writes are transactions of their own, so a runner killed at any moment
 //! leaves a consistent database: what was recorded stays recorded.
 //!
+//! One process writes a journal at a time: [`Journal::create`] and
+//! [`Journal::open`] hold a lock on a file beside it (`journal.db.lock`)
+//! that the operating system releases when the process ends, however it
+//! ends; [`Journal::open_read_only`] takes none, so reports read a journal
+//! in use, and [`Journal::writer`] says who holds it.
+//!
 //! The code is split by concern: `open` creates and opens a journal and
-//! checks its version, `write` records runs, activities and attempts,
+//! checks its version, `lock` keeps to one writer, `write` records runs, activities and attempts,
 //! `read` answers resumes and reports, `rows` holds the records going in
 //! and out, and `error` says what went wrong.
 
 mod error;
+mod lock;
 mod open;
 mod read;
 mod rows;
 mod write;
 
 pub use error::JournalError;
+pub use lock::{lock_path, Writer};
 pub use open::{Journal, SCHEMA, SCHEMA_VERSION};
 pub use rows::{
     unix_seconds, ActivityDecl, ActivityRow, ActivityState, ActivityUpdate, AttemptFacts,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::error::JournalError;
+use crate::lock::WriterLock;
 use crate::write::SlotCache;
 
 /// The SQL that creates the journal's tables, with a comment on every column.
@@ -23,15 +24,21 @@ pub(crate) const READ_MAP_BYTES: i64 = 1 << 30;
 /// The schema version this crate reads and writes.
 pub const SCHEMA_VERSION: i64 = 2;
 
-/// An open journal.
+/// An open journal. One opened to write ([`Journal::create`],
+/// [`Journal::open`]) holds the journal's writer lock while it lives.
 pub struct Journal {
     pub(crate) conn: Connection,
     pub(crate) path: PathBuf,
     pub(crate) slots: SlotCache,
+    /// Declared last, so dropped last: the connection is closed (and its
+    /// WAL checkpointed) before another writer may open the journal.
+    _writer: Option<WriterLock>,
 }
 
 impl Journal {
-    /// Creates a new journal at `path`, with its directory. Fails if one exists.
+    /// Creates a new journal at `path`, with its directory, and holds its
+    /// writer lock while it lives. Fails if one exists, or if another
+    /// process (or another [`Journal`] in this one) is creating it.
     pub fn create(path: &Path) -> Result<Journal, JournalError> {
         if path.exists() {
             return Err(JournalError::Exists(path.to_path_buf()));
@@ -42,7 +49,15 @@ impl Journal {
                 source,
             })?;
         }
-        let journal = Journal::connect(path)?;
+        // Taken before the database is made, so that no one sees a new
+        // journal without its writer.
+        let writer = WriterLock::take(path)?;
+        // Another creator may have made it and let go while we waited.
+        if path.exists() {
+            return Err(JournalError::Exists(path.to_path_buf()));
+        }
+        let mut journal = Journal::connect(path)?;
+        journal._writer = Some(writer);
         journal.configure()?;
         journal.sql(|c| {
             c.execute_batch(SCHEMA)?;
@@ -56,18 +71,22 @@ impl Journal {
     }
 
     /// Opens an existing journal to read and write it (resume), checking
-    /// that it is one.
+    /// that it is one, and holds its writer lock while it lives: a journal
+    /// that another run writes is [`JournalError::InUse`]. Reports use
+    /// [`Journal::open_read_only`], which takes no lock.
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
         if !path.exists() {
             return Err(JournalError::Missing(path.to_path_buf()));
         }
-        let journal = Journal::connect(path).map_err(|error| match error {
+        let mut journal = Journal::connect(path).map_err(|error| match error {
             JournalError::Sqlite { source, .. } => Journal::classify(path, source),
             other => other,
         })?;
         // Checked before anything is set: a journal of another version (or
-        // another file) is left exactly as it was, not switched to WAL.
+        // another file) is left exactly as it was, not switched to WAL,
+        // and gets no lock file beside it.
         journal.check_version()?;
+        journal._writer = Some(WriterLock::take(path)?);
         journal.configure()?;
         Ok(journal)
     }
@@ -135,6 +154,7 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
             slots: SlotCache::default(),
+            _writer: None,
         };
         journal.check_version()?;
         // A report reads every page of a million attempts: mapped, they
@@ -198,6 +218,7 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
             slots: SlotCache::default(),
+            _writer: None,
         })
     }
 

@@ -597,3 +597,154 @@ fn a_million_activities_measured() {
     assert_eq!(done, 500_000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_second_writer_in_this_process_is_refused_while_the_first_lives() {
+    let dir = scratch("lock-in-process");
+    let path = dir.join("run.db");
+    let first = Journal::create(&path).unwrap();
+    // std's file locks are flock's: two handles conflict even in one process.
+    let error = Journal::open(&path)
+        .err()
+        .expect("a second writer is refused");
+    match &error {
+        JournalError::InUse { path: held, writer } => {
+            assert_eq!(held, &path);
+            assert_eq!(writer.pid, Some(std::process::id()), "{error}");
+            assert!(writer.started.is_some(), "{error}");
+        }
+        other => panic!("expected InUse, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains("is in use by another run (pid ")
+            && message.contains("wait for it to end, or stop it"),
+        "{message}"
+    );
+    // Reports read a journal in use, and can tell that it is.
+    let reader = Journal::open_read_only(&path).unwrap();
+    assert!(reader.runs().unwrap().is_empty());
+    let writer = Journal::writer(&path).unwrap().expect("held");
+    assert_eq!(writer.pid, Some(std::process::id()));
+    drop(reader);
+    // A reader takes no lock: the writer still holds it, and no other may.
+    assert!(matches!(
+        Journal::open(&path),
+        Err(JournalError::InUse { .. })
+    ));
+    drop(first);
+    assert_eq!(Journal::writer(&path).unwrap(), None);
+    let again = Journal::open(&path).unwrap();
+    assert!(Journal::writer(&path).unwrap().is_some());
+    drop(again);
+    // An ended run leaves its lock file empty: it names no process.
+    assert_eq!(std::fs::read_to_string(lock_path(&path)).unwrap(), "");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_lock_file_whose_holder_is_gone_is_taken() {
+    let dir = scratch("lock-stale");
+    let path = dir.join("run.db");
+    drop(Journal::create(&path).unwrap());
+    // What a runner killed with -9 leaves: its name, and no lock.
+    std::fs::write(lock_path(&path), "pid=999999\nhost=elsewhere\nstarted=1\n").unwrap();
+    assert_eq!(Journal::writer(&path).unwrap(), None);
+    let journal = Journal::open(&path).unwrap();
+    let writer = Journal::writer(&path).unwrap().expect("held");
+    assert_eq!(writer.pid, Some(std::process::id()));
+    assert_ne!(writer.host.as_deref(), Some("elsewhere"));
+    drop(journal);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_file_that_is_not_a_journal_gets_no_lock_file() {
+    let dir = scratch("lock-not-journal");
+    let text = dir.join("notes.txt");
+    std::fs::write(
+        &text,
+        "this is not sqlite, just some text that is long enough",
+    )
+    .unwrap();
+    assert!(matches!(
+        Journal::open(&text),
+        Err(JournalError::NotAJournal { .. })
+    ));
+    assert!(!lock_path(&text).exists());
+    // Nor does a journal with no lock file count as in use.
+    assert_eq!(Journal::writer(&dir.join("missing.db")).unwrap(), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_lock_file_that_cannot_be_made_is_a_clear_error() {
+    let dir = scratch("lock-blocked");
+    let path = dir.join("run.db");
+    drop(Journal::create(&path).unwrap());
+    // A directory where the lock file should be.
+    std::fs::remove_file(lock_path(&path)).unwrap();
+    std::fs::create_dir(lock_path(&path)).unwrap();
+    let error = Journal::open(&path).err().expect("refused");
+    assert!(matches!(error, JournalError::Lock { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("cannot lock journal") && message.contains("run.db.lock"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn writers_are_described_with_what_their_lock_file_says() {
+    let full = Writer {
+        pid: Some(4242),
+        host: Some("node7".into()),
+        started: Some(1_764_079_931.5),
+    };
+    assert_eq!(
+        full.to_string(),
+        "pid 4242 on node7, started 2025-11-25T14:12:11Z"
+    );
+    assert_eq!(Writer::default().to_string(), "a runner that is starting");
+    assert_eq!(
+        lock::utc_text(951_782_400.0),
+        "2000-02-29T00:00:00Z",
+        "a leap day"
+    );
+    assert_eq!(lock::utc_text(0.0), "1970-01-01T00:00:00Z");
+    assert_eq!(lock::utc_text(-1.0), "-1 (Unix seconds)");
+}
+
+#[test]
+fn of_two_threads_creating_one_journal_exactly_one_gets_it() {
+    let dir = scratch("lock-create-race");
+    let path = dir.join("run.db");
+    let barrier = std::sync::Barrier::new(2);
+    let results: Vec<Result<Journal, JournalError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    Journal::create(&path)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let made = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        made,
+        1,
+        "{:?}",
+        results.iter().map(|r| r.as_ref().err()).collect::<Vec<_>>()
+    );
+    for error in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(
+            matches!(error, JournalError::InUse { .. } | JournalError::Exists(_)),
+            "{error:?}"
+        );
+    }
+    drop(results);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

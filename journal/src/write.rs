@@ -236,7 +236,9 @@ impl Journal {
     /// Records what happened to some activities in run `run`, in one
     /// transaction: their attempts and their new states.
     pub fn record(&mut self, run: i64, updates: &[ActivityUpdate]) -> Result<(), JournalError> {
-        let Journal { conn, path, slots } = self;
+        let Journal {
+            conn, path, slots, ..
+        } = self;
         let sqlite = |source| JournalError::Sqlite {
             path: path.clone(),
             source,

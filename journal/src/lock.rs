@@ -1,0 +1,284 @@
+//! One writer per journal: a runner holds an exclusive lock on a file
+//! beside the journal (`journal.db.lock`) for as long as its [`Journal`]
+//! lives, so that a second runner, or a `--resume` of a journal in use, is
+//! refused instead of running the same work twice.
+//!
+//! The lock is the operating system's (`flock` on Linux), taken on an open
+//! file: it goes when the process does, however it ends, `kill -9`
+//! included. A lock file left by a runner that died is therefore simply
+//! taken by the next one. The file is never removed: a process that opened
+//! it just before its removal would lock a file no one else can see, and
+//! two writers would each hold "the" lock.
+//!
+//! The file also says who holds it (pid, host, start), for the message a
+//! refused runner prints and for `constellation runs`.
+
+// std's file locks (`File::try_lock` and kin) are stable since Rust 1.89,
+// past the workspace's declared rust-version of 1.87; that declaration
+// should move to 1.89 (the toolchain in use is newer still).
+#![allow(clippy::incompatible_msrv)]
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::error::JournalError;
+use crate::open::Journal;
+use crate::rows::unix_seconds;
+
+/// How long a runner keeps trying a held lock before it is refused: a
+/// reader that only checks whether the journal is in use
+/// ([`Journal::writer`]) holds it for an instant, and must not turn a
+/// runner away.
+const PATIENCE: Duration = Duration::from_secs(1);
+
+/// How long a runner waits between tries of a held lock.
+const RETRY: Duration = Duration::from_millis(20);
+
+/// The run that holds a journal to write it, as its lock file names it.
+/// A field is `None` where the holder has not written it yet (it writes
+/// them just after it takes the lock) or the file could not be read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Writer {
+    /// The runner's process id.
+    pub pid: Option<u32>,
+    /// The host the runner runs on.
+    pub host: Option<String>,
+    /// When it took the lock, in Unix seconds.
+    pub started: Option<f64>,
+}
+
+impl Writer {
+    /// This process, now.
+    fn this_process() -> Writer {
+        Writer {
+            pid: Some(std::process::id()),
+            host: Some(host_name()),
+            started: Some(unix_seconds(SystemTime::now())),
+        }
+    }
+
+    /// The lock file's contents: `key=value` lines, readable by people
+    /// and by [`Writer::parse`].
+    fn to_text(&self) -> String {
+        let mut text = String::new();
+        if let Some(pid) = self.pid {
+            text.push_str(&format!("pid={pid}\n"));
+        }
+        if let Some(host) = &self.host {
+            text.push_str(&format!("host={host}\n"));
+        }
+        if let Some(started) = self.started {
+            text.push_str(&format!("started={started}\n"));
+        }
+        text
+    }
+
+    /// What a lock file says; lines it does not know, or cannot read, are
+    /// left out rather than refused: the lock, not the text, decides.
+    fn parse(text: &str) -> Writer {
+        let mut writer = Writer::default();
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("pid", pid)) => writer.pid = pid.trim().parse().ok(),
+                Some(("host", host)) if !host.trim().is_empty() => {
+                    writer.host = Some(host.trim().to_string())
+                }
+                Some(("started", started)) => {
+                    writer.started = started.trim().parse().ok().filter(|s: &f64| s.is_finite())
+                }
+                _ => {}
+            }
+        }
+        writer
+    }
+}
+
+impl std::fmt::Display for Writer {
+    /// `pid 4242 on node7, started 2026-11-25T14:12:11Z`, or as much of it
+    /// as is known; `a runner that is starting` when nothing is.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(pid) = self.pid {
+            parts.push(format!("pid {pid}"));
+        }
+        if let Some(host) = &self.host {
+            parts.push(format!("on {host}"));
+        }
+        let mut text = parts.join(" ");
+        if let Some(started) = self.started {
+            if !text.is_empty() {
+                text.push_str(", ");
+            }
+            text.push_str(&format!("started {}", utc_text(started)));
+        }
+        if text.is_empty() {
+            text.push_str("a runner that is starting");
+        }
+        f.write_str(&text)
+    }
+}
+
+/// The lock file of the journal at `journal`: its path with `.lock` added.
+pub fn lock_path(journal: &Path) -> PathBuf {
+    let mut name = journal.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// The exclusive lock a writing [`Journal`] holds; released when dropped,
+/// or by the operating system when the process ends.
+#[derive(Debug)]
+pub(crate) struct WriterLock {
+    file: File,
+}
+
+impl WriterLock {
+    /// Takes the lock of the journal at `journal`, waiting up to
+    /// [`PATIENCE`] for a holder that lets go, and writes this process
+    /// into the lock file. Another process's lock, or another open
+    /// journal's in this process, is [`JournalError::InUse`].
+    pub(crate) fn take(journal: &Path) -> Result<WriterLock, JournalError> {
+        let path = lock_path(journal);
+        let failed = |source| JournalError::Lock {
+            path: journal.to_path_buf(),
+            lock: path.clone(),
+            source,
+        };
+        // Not truncated on open: until the lock is ours, the text is the
+        // holder's, and a refusal reads it.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(failed)?;
+        let give_up = Instant::now() + PATIENCE;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if Instant::now() < give_up => {
+                    std::thread::sleep(RETRY)
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(JournalError::InUse {
+                        path: journal.to_path_buf(),
+                        writer: read_writer(&mut file),
+                    })
+                }
+                Err(TryLockError::Error(source)) => return Err(failed(source)),
+            }
+        }
+        let text = Writer::this_process().to_text();
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| file.write_all(text.as_bytes()));
+        written.map_err(failed)?;
+        Ok(WriterLock { file })
+    }
+}
+
+impl Drop for WriterLock {
+    /// Empties the lock file before letting go, so that it names no
+    /// process once its run has ended. (A runner that is killed leaves its
+    /// name there; the lock, which the next runner gets, tells.)
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+        let _ = self.file.unlock();
+    }
+}
+
+impl Journal {
+    /// The run that holds the journal at `path` to write it, or `None`
+    /// when none does: no lock file, or one that no live process holds
+    /// (its runner ended, or died). For listings such as
+    /// `constellation runs`, which must not take the lock themselves.
+    ///
+    /// It looks with a shared lock held for an instant; a runner that
+    /// starts in that instant waits for it (see [`Journal::open`]).
+    pub fn writer(path: &Path) -> Result<Option<Writer>, JournalError> {
+        let lock = lock_path(path);
+        let mut file = match File::open(&lock) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(JournalError::Lock {
+                    path: path.to_path_buf(),
+                    lock,
+                    source,
+                })
+            }
+        };
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                Ok(None)
+            }
+            Err(TryLockError::WouldBlock) => Ok(Some(read_writer(&mut file))),
+            Err(TryLockError::Error(source)) => Err(JournalError::Lock {
+                path: path.to_path_buf(),
+                lock,
+                source,
+            }),
+        }
+    }
+}
+
+/// What the lock file open as `file` says of its holder.
+fn read_writer(file: &mut File) -> Writer {
+    let mut text = String::new();
+    match file
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| file.read_to_string(&mut text))
+    {
+        Ok(_) => Writer::parse(&text),
+        Err(_) => Writer::default(),
+    }
+}
+
+/// This machine's name, as the kernel has it; the journal crate does not
+/// call into libc for it, and the name is only for people to read.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "an unknown host".to_string())
+}
+
+/// Unix seconds as RFC 3339 in UTC to the second, `2026-11-25T14:12:11Z`
+/// (as `timefmt` writes it; the journal crate depends on nothing of the
+/// workspace). Times before 1970 or not finite are shown as the number.
+pub(crate) fn utc_text(unix: f64) -> String {
+    if !(0.0..253_402_300_800.0).contains(&unix) {
+        return format!("{unix} (Unix seconds)");
+    }
+    let secs = unix as i64;
+    let (days, in_day) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm,
+    // for the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        in_day / 3_600,
+        in_day / 60 % 60,
+        in_day % 60
+    )
+}
