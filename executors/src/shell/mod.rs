@@ -18,6 +18,9 @@
 //!   it empty: commands that print nothing leave no files, and write no
 //!   stream records.
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
+//! - While it runs, the command is registered by its process group, so a
+//!   process told to stop can kill every command it started and start no
+//!   more ([`kill_all_running`], [`stop_starting`]).
 //! - The command sees the executor's resources as environment variables,
 //!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
 //!   index on its node), `CONSTELLATION_LABELS` (its contexts, comma
@@ -50,6 +53,7 @@ mod mpi_program;
 mod output;
 mod process;
 mod result;
+mod running;
 pub mod spawn;
 mod spec;
 pub mod stream;
@@ -63,6 +67,7 @@ use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
 pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
+pub use running::{kill_all_running, running_count, stop_starting, stopped};
 pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
     MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
@@ -134,7 +139,10 @@ impl ShellActivity {
     }
 
     /// Runs every attempt the retry policy allows, on the calling thread.
-    fn run(&self, cx: &ActivityCx<'_>) -> ShellResult {
+    /// `None` if no command ran because this process stopped starting
+    /// them ([`stop_starting`]); after the stop, an attempt that ended is
+    /// not retried, and its result is the last.
+    fn run(&self, cx: &ActivityCx<'_>) -> Option<ShellResult> {
         let spec = &self.spec;
         let activity = cx.id();
         let labels = cx.executor_context().label_list();
@@ -151,7 +159,12 @@ impl ShellActivity {
         env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
         let mut attempt = 1;
         let mut history = Vec::new();
+        // The result so far, while a retry waits.
+        let mut last = None;
         loop {
+            if running::stopped() {
+                return last;
+            }
             let files = match &spec.capture {
                 Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
                 _ => Ok(None),
@@ -159,7 +172,7 @@ impl ShellActivity {
             env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
             let done = match files {
                 Ok(Some(files)) => {
-                    process::run_once(spec, &env, process::Destination::Files(&files))
+                    process::run_once(activity, spec, &env, process::Destination::Files(&files))
                 }
                 Ok(None) if matches!(spec.capture, Capture::Stream { .. }) => {
                     let id;
@@ -171,9 +184,11 @@ impl ShellActivity {
                         }
                     };
                     let destination = process::Destination::Stream { name, attempt };
-                    process::run_once(spec, &env, destination)
+                    process::run_once(activity, spec, &env, destination)
                 }
-                Ok(None) => process::run_once(spec, &env, process::Destination::Unprepared),
+                Ok(None) => {
+                    process::run_once(activity, spec, &env, process::Destination::Unprepared)
+                }
                 Err(reason) => process::Attempt {
                     outcome: ShellOutcome::StartFailed { reason },
                     started: std::time::SystemTime::now(),
@@ -184,6 +199,11 @@ impl ShellActivity {
                 },
             };
             env.pop();
+            if matches!(&done.outcome, ShellOutcome::StartFailed { reason } if reason == process::STOPPING)
+            {
+                // Never started: not an attempt.
+                return last;
+            }
             history.push(AttemptRecord {
                 attempt,
                 started: done.started,
@@ -199,6 +219,7 @@ impl ShellActivity {
                     .cloned(),
             });
             let retry = attempt < spec.retry.max_attempts
+                && !running::stopped()
                 && match (&done.outcome, spec.retry.retry_on) {
                     (ShellOutcome::Exited { code: 0 }, _) => false,
                     (_, RetryOn::AnyFailure) => true,
@@ -206,33 +227,47 @@ impl ShellActivity {
                     (_, RetryOn::TimeoutOrSignal) => false,
                 };
             if !retry {
-                return ShellResult {
-                    activity,
-                    name: spec.name.clone(),
-                    command: spec.program.describe(),
-                    outcome: done.outcome,
-                    attempts: attempt,
-                    duration: done.duration,
-                    stdout: done.stdout,
-                    stderr: done.stderr,
-                    executor_labels: labels,
-                    node: cx.node(),
-                    host: host_name().to_string(),
-                    executor: cx.executor_index(),
-                    history,
-                };
+                return Some(self.result(cx, &labels, done, attempt, history));
             }
+            let outcome = done.outcome.clone();
+            last = Some(self.result(cx, &labels, done, attempt, history.clone()));
             attempt += 1;
             let pause = spec.retry.delay_before(attempt);
             tracing::warn!(
                 activity = %activity,
                 command = %spec.program.describe(),
-                outcome = %done.outcome,
+                outcome = %outcome,
                 "attempt {} of {} failed; retrying in {pause:?}",
                 attempt - 1,
                 spec.retry.max_attempts
             );
             std::thread::sleep(pause);
+        }
+    }
+
+    /// The result whose last attempt, number `attempt`, ended as `done`.
+    fn result(
+        &self,
+        cx: &ActivityCx<'_>,
+        labels: &str,
+        done: process::Attempt,
+        attempt: u32,
+        history: Vec<AttemptRecord>,
+    ) -> ShellResult {
+        ShellResult {
+            activity: cx.id(),
+            name: self.spec.name.clone(),
+            command: self.spec.program.describe(),
+            outcome: done.outcome,
+            attempts: attempt,
+            duration: done.duration,
+            stdout: done.stdout,
+            stderr: done.stderr,
+            executor_labels: labels.to_string(),
+            node: cx.node(),
+            host: host_name().to_string(),
+            executor: cx.executor_index(),
+            history,
         }
     }
 }
@@ -266,7 +301,12 @@ impl Activity for ShellActivity {
     }
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
-        let result = self.run(cx);
+        let Some(result) = self.run(cx) else {
+            // This process stopped starting commands: the activity stays
+            // unfinished, to run when the work is resumed.
+            tracing::debug!(command = %self.spec.program.describe(), "not started: this process is stopping");
+            return Step::Suspend;
+        };
         if killed_by_preemption(&result.outcome) {
             tracing::warn!(command = %self.spec.program.describe(), "killed as this node is taken down; it will run again elsewhere");
             // Never finishes here: no result, no `Finished` notice.

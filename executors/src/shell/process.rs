@@ -9,12 +9,18 @@ use std::process::ExitStatus;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use constellation::ActivityId;
+
 use super::launch::{Launch, Started, Stream};
 use super::output::OutputFiles;
 use super::result::{Output, ShellOutcome};
 use super::spec::{Capture, ShellSpec};
 use super::stream::{Pump, StreamSink};
 use super::tracking::ProcessTracking;
+
+/// Why a command was not started: this process stopped starting commands
+/// ([`super::stop_starting`]).
+pub(crate) const STOPPING: &str = "this process is stopping and starts no more commands";
 
 /// How long to wait for a killed command's leader to die.
 const DEATH_PATIENCE: Duration = Duration::from_secs(10);
@@ -50,15 +56,25 @@ pub(crate) enum Destination<'a> {
     },
 }
 
-/// Runs `spec` once. `env` is the executor's environment for its children,
-/// applied before the spec's own variables; `destination` is where output
-/// goes.
+/// Runs `spec` once for `activity`. `env` is the executor's environment
+/// for its children, applied before the spec's own variables;
+/// `destination` is where output goes. The command is registered as
+/// running ([`super::running`]) while it runs, for
+/// [`kill_all_running`](super::kill_all_running); once this process has
+/// stopped starting commands, it does not start.
 pub(crate) fn run_once(
+    activity: ActivityId,
     spec: &ShellSpec,
     env: &[(String, String)],
     destination: Destination<'_>,
 ) -> Attempt {
-    run_once_to(spec, env, destination, ProcessTracking::current())
+    run_once_to(
+        Some(activity),
+        spec,
+        env,
+        destination,
+        ProcessTracking::current(),
+    )
 }
 
 /// [`run_once`] with the command's processes tracked by `tracking`, and
@@ -71,11 +87,12 @@ pub(crate) fn run_once_tracked(
     tracking: &ProcessTracking,
 ) -> Attempt {
     let destination = files.map_or(Destination::Unprepared, Destination::Files);
-    run_once_to(spec, env, destination, tracking)
+    run_once_to(None, spec, env, destination, tracking)
 }
 
 /// [`run_once`] with the command's processes tracked by `tracking`.
 fn run_once_to(
+    activity: Option<ActivityId>,
     spec: &ShellSpec,
     env: &[(String, String)],
     destination: Destination<'_>,
@@ -95,6 +112,9 @@ fn run_once_to(
         stdout: Output::Discarded,
         stderr: Output::Discarded,
     };
+    if super::running::stopped() {
+        return failed(STOPPING.to_string());
+    }
     let argv = spec.program.argv();
     // Started in a process group of its own, so a timeout can kill
     // everything the command started.
@@ -178,6 +198,10 @@ fn run_once_to(
             return failed(describe_spawn_error(&argv[0], &error));
         }
     };
+    if !super::running::register(child.pid, activity) {
+        // The stop came while it started: it goes with the others.
+        kill_group(&child);
+    }
     let readers = match spec.capture {
         Capture::Memory { limit } => Some((
             read_capped(child.stdout.take(), limit),
@@ -211,6 +235,8 @@ fn run_once_to(
         let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
     }
     tracked.finish(child.id() as libc::pid_t);
+    // Before the reap, which frees the group's id for reuse.
+    super::running::unregister(child.pid);
     let status = reap(&child);
     let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);
     let outcome = match (exited, status.map(|(status, _)| status)) {
