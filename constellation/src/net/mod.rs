@@ -76,6 +76,7 @@
 pub mod codec;
 
 mod driver;
+mod join;
 pub mod key;
 pub mod message;
 
@@ -100,6 +101,7 @@ pub use crate::protocol::steal::{Strategy, WideSteal};
 /// What a node counts: the node protocol's counters, with the frames and
 /// connections the driver refused.
 pub use crate::protocol::Stats as NetStats;
+pub use join::{JoinFailure, JoinProblem, MasterState};
 pub use key::PoolKey;
 /// A node's libp2p identity (an ed25519 key pair), as
 /// [`NodeConfig::identity`] takes it.
@@ -264,6 +266,12 @@ pub(crate) struct Shared {
     pub(crate) lost: Mutex<Vec<(ActivityId, String)>>,
     /// Set once a master was a member; whether it still is, `members` says.
     pub(crate) master_seen: std::sync::atomic::AtomicBool,
+    /// Set when a master said it leaves, cleared when a master is a member
+    /// again: tells a master stopped on purpose from one that died.
+    pub(crate) master_left: std::sync::atomic::AtomicBool,
+    /// The last failed dial to each bootstrap address that has not been
+    /// reached since.
+    pub(crate) join_problems: Mutex<Vec<JoinProblem>>,
     pub(crate) changed: parking_lot::Condvar,
 }
 
@@ -355,6 +363,44 @@ impl Node {
             self.shared.changed.wait_for(&mut members, left);
         }
         Ok(())
+    }
+
+    /// Whether a master (the pool node) is a member now. A node that joins
+    /// a pool has joined once this is true: knowing members but no master
+    /// means it reached other workers only, or nobody.
+    pub fn master_known(&self) -> bool {
+        self.master_state() == MasterState::Known
+    }
+
+    /// Where this node stands with the pool's master: not seen yet, a
+    /// member, gone after saying it leaves, or lost without a word.
+    pub fn master_state(&self) -> MasterState {
+        use std::sync::atomic::Ordering;
+        let members = self.shared.members.lock();
+        if members.iter().any(|member| member.master) {
+            MasterState::Known
+        } else if !self.shared.master_seen.load(Ordering::SeqCst) {
+            MasterState::NotYetSeen
+        } else if self.shared.master_left.load(Ordering::SeqCst) {
+            MasterState::Left
+        } else {
+            MasterState::Lost
+        }
+    }
+
+    /// Why the bootstrap addresses cannot be reached, if the last dial to
+    /// one of them failed and it has not been reached since: of the last
+    /// failure at each address, the one that got furthest (a wrong key
+    /// over a refused connection: a pool file lists every interface of
+    /// the pool node, and most may be out of reach from here). `None`
+    /// while every dial succeeded or is still under way; a node that
+    /// connected but was never answered has no problem to show here.
+    pub fn join_problem(&self) -> Option<JoinProblem> {
+        let problems = self.shared.join_problems.lock();
+        problems
+            .iter()
+            .max_by_key(|problem| problem.failure)
+            .cloned()
     }
 
     /// Waits until the master, once known, has left or died; `false` if

@@ -20,7 +20,7 @@ mod swarm;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,6 +109,8 @@ pub(crate) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
         stats: Mutex::new(NetStats::default()),
         lost: Mutex::new(Vec::new()),
         master_seen: AtomicBool::new(false),
+        master_left: AtomicBool::new(false),
+        join_problems: Mutex::new(Vec::new()),
         changed: parking_lot::Condvar::new(),
     });
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -188,6 +190,9 @@ pub(crate) struct Driver {
     /// if the answer is lost, the node hears that they failed.
     replies: HashMap<InboundRequestId, Vec<(NetPeer, Option<u64>)>>,
     bootstrap: swarm::Bootstrap,
+    /// The members ever seen as masters: a `Leaving` from one of them
+    /// means the pool node was stopped on purpose.
+    masters: HashSet<NodeId>,
     peers: swarm::PeerIds,
     /// Events from this node's executors that could not be encoded for
     /// the wire; counted with the undeliverable ones.
@@ -217,7 +222,12 @@ impl Driver {
             executors: pool.executor_contexts().to_vec(),
         };
         let node = protocol::Node::new(settings(&config, pool.node()), me.clone(), info, now);
-        let bootstrap = swarm::Bootstrap::dial(&mut swarm, config.bootstrap.clone(), now);
+        let bootstrap = swarm::Bootstrap::dial(
+            &mut swarm,
+            config.bootstrap.clone(),
+            now,
+            &shared.join_problems,
+        );
         if let Some(key) = &config.key {
             tracing::info!(fingerprint = %key.fingerprint(), "pool key in use");
         }
@@ -232,6 +242,7 @@ impl Driver {
             in_flight: HashMap::new(),
             replies: HashMap::new(),
             bootstrap,
+            masters: HashSet::new(),
             peers: swarm::PeerIds::default(),
             unencodable: 0,
             started: now,
@@ -336,6 +347,7 @@ impl Driver {
             }
         }
         if members_changed {
+            self.note_masters();
             self.publish_members();
         }
         self.publish_stats();
@@ -347,10 +359,45 @@ impl Driver {
         join_notices(std::iter::from_fn(|| self.node.poll_transmit()))
     }
 
+    /// Remembers the masters among the members, and forgets that a master
+    /// left once one is a member again (a pool node restarted).
+    fn note_masters(&mut self) {
+        let masters = (self.node.members())
+            .filter(|(_, info)| info.master)
+            .map(|(id, _)| id.node);
+        self.masters.extend(masters);
+        if self.master_known() {
+            self.shared.master_left.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a master is a usable member now.
+    fn master_known(&self) -> bool {
+        self.node.members().any(|(_, info)| info.master)
+    }
+
+    /// Whether this node should dial its bootstrap addresses again: it
+    /// knows no member (yet, or any more), or it is a worker whose master
+    /// is gone. A pool node restarted with the same identity and address
+    /// is so found again, even by a worker that still knows other workers
+    /// (SWIM's own recontact stops at the first member known).
+    fn should_redial(&self) -> bool {
+        if self.node.members_known() == 0 {
+            return true;
+        }
+        let master_seen = self.shared.master_seen.load(Ordering::SeqCst);
+        !self.config.master && master_seen && !self.master_known()
+    }
+
     fn housekeeping(&mut self) {
         let now = Instant::now();
-        if self.node.members_known() == 0 {
-            self.bootstrap.redial(&mut self.swarm, now);
+        if self.should_redial() {
+            let problems = &self.shared.join_problems;
+            for peer in self.bootstrap.redial(&mut self.swarm, now, problems) {
+                // Already connected: a hello over that connection is what
+                // a new dial would have led to.
+                self.node.contact(peer, now);
+            }
         }
         if now - self.last_report >= REPORT_EVERY {
             self.last_report = now;

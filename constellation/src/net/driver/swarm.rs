@@ -17,11 +17,12 @@ use libp2p::request_response::{self, InboundRequestId, ProtocolSupport, Response
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identity, Multiaddr, PeerId, StreamProtocol, SwarmBuilder};
+use parking_lot::Mutex;
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
 use crate::net::message::{Envelope, NetPeer, Request, Response};
-use crate::net::{NodeConfig, NodeError};
+use crate::net::{JoinProblem, NodeConfig, NodeError};
 use crate::protocol::Transmit;
 
 /// The swarm: request-response with the frame codec, nothing else.
@@ -93,34 +94,69 @@ pub(crate) struct Bootstrap {
 
 impl Bootstrap {
     /// Dials every bootstrap address.
-    pub(crate) fn dial(swarm: &mut Swarm, addrs: Vec<Multiaddr>, now: Instant) -> Self {
+    /// Dials every bootstrap address. Dials that fail at once are
+    /// recorded in `problems`, as the driver records those that fail later.
+    pub(crate) fn dial(
+        swarm: &mut Swarm,
+        addrs: Vec<Multiaddr>,
+        now: Instant,
+        problems: &Mutex<Vec<JoinProblem>>,
+    ) -> Self {
         let mut bootstrap = Bootstrap {
             addrs,
             dials: HashMap::new(),
             last_dial: now,
         };
-        bootstrap.dial_all(swarm);
+        for address in bootstrap.addrs.clone() {
+            bootstrap.dial_one(swarm, address, problems);
+        }
         bootstrap
     }
 
     /// Dials the bootstrap addresses again, at most once a second: for a
-    /// node that knows no member (yet, or any more).
-    pub(crate) fn redial(&mut self, swarm: &mut Swarm, now: Instant) {
-        if now - self.last_dial >= REDIAL_EVERY {
-            self.last_dial = now;
-            self.dial_all(swarm);
+    /// node that knows no member (yet, or any more), or whose master is
+    /// gone. An address that names a peer this node is connected to is
+    /// not dialled again (each dial would leave one more idle connection);
+    /// those peers are returned instead, to be contacted over the
+    /// connection there is.
+    pub(crate) fn redial(
+        &mut self,
+        swarm: &mut Swarm,
+        now: Instant,
+        problems: &Mutex<Vec<JoinProblem>>,
+    ) -> Vec<NetPeer> {
+        if now - self.last_dial < REDIAL_EVERY {
+            return Vec::new();
         }
+        self.last_dial = now;
+        let mut connected = Vec::new();
+        for address in self.addrs.clone() {
+            match named_peer(&address) {
+                Some(peer) if swarm.is_connected(&peer) => connected.push(NetPeer {
+                    id: peer.to_string(),
+                    addrs: vec![without_peer(address).to_string()],
+                }),
+                _ => self.dial_one(swarm, address, problems),
+            }
+        }
+        connected
     }
 
-    fn dial_all(&mut self, swarm: &mut Swarm) {
-        for address in &self.addrs {
-            let opts = DialOpts::unknown_peer_id().address(address.clone()).build();
-            let connection = opts.connection_id();
-            match swarm.dial(opts) {
-                Ok(()) => {
-                    self.dials.insert(connection, address.clone());
-                }
-                Err(error) => tracing::warn!(%address, %error, "cannot dial bootstrap address"),
+    fn dial_one(
+        &mut self,
+        swarm: &mut Swarm,
+        address: Multiaddr,
+        problems: &Mutex<Vec<JoinProblem>>,
+    ) {
+        let opts = DialOpts::unknown_peer_id().address(address.clone()).build();
+        let connection = opts.connection_id();
+        match swarm.dial(opts) {
+            Ok(()) => {
+                self.dials.insert(connection, address);
+            }
+            Err(error) => {
+                tracing::warn!(%address, %error, "cannot dial bootstrap address");
+                record_problem(problems, JoinProblem::from_dial_error(address, &error));
             }
         }
     }
@@ -175,6 +211,7 @@ impl Driver {
                 ..
             } => {
                 if let Some(address) = self.bootstrap.dials.remove(&connection_id) {
+                    (self.shared.join_problems.lock()).retain(|p| p.address != address);
                     let addrs = vec![without_peer(address).to_string()];
                     let peer = NetPeer {
                         id: peer_id.to_string(),
@@ -218,7 +255,9 @@ impl Driver {
                 ..
             } => match self.bootstrap.dials.remove(&connection_id) {
                 Some(address) => {
-                    tracing::warn!(%address, %error, "could not connect to a bootstrap node")
+                    let problem = JoinProblem::from_dial_error(address.clone(), &error);
+                    tracing::warn!(%address, %error, failure = ?problem.failure, "could not connect to a bootstrap node");
+                    record_problem(&self.shared.join_problems, problem);
                 }
                 None => tracing::debug!(?peer_id, %error, "could not connect"),
             },
@@ -371,6 +410,11 @@ impl Driver {
             self.node.count_refused();
             return false;
         }
+        let leaving = matches!(envelope.message, crate::protocol::Message::Leaving);
+        if leaving && self.masters.contains(&envelope.from.node) {
+            tracing::info!(%peer, "the master leaves the pool");
+            (self.shared.master_left).store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         self.node.handle_message(envelope, now, &mut self.host);
         true
     }
@@ -421,6 +465,21 @@ impl Driver {
         self.swarm
             .behaviour_mut()
             .send_request_with_addresses(&peer, request, addrs)
+    }
+}
+
+/// Keeps `problem` as the last one at its address.
+fn record_problem(problems: &Mutex<Vec<JoinProblem>>, problem: JoinProblem) {
+    let mut problems = problems.lock();
+    problems.retain(|known| known.address != problem.address);
+    problems.push(problem);
+}
+
+/// The peer `address` names in its `/p2p/<peer id>` suffix, if it has one.
+fn named_peer(address: &Multiaddr) -> Option<PeerId> {
+    match address.iter().last() {
+        Some(Protocol::P2p(peer)) => Some(peer),
+        _ => None,
     }
 }
 
