@@ -77,6 +77,7 @@ fn local_pilot_agents_run_a_bag_and_leave_when_cancelled() {
     let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
     let line = listing.lines().find(|l| l.starts_with(id.as_str()));
     assert!(line.is_some_and(|l| l.ends_with("running")), "{listing}");
+    assert_eq!(listed_state(&dir, id), "running");
 
     let cancelled = run(&dir, &["glidein", "cancel", id]);
     assert!(cancelled.status.success(), "{}", text(&cancelled));
@@ -100,6 +101,26 @@ fn local_pilot_agents_run_a_bag_and_leave_when_cancelled() {
     let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
     let line = listing.lines().find(|l| l.starts_with(id.as_str()));
     assert!(line.is_some_and(|l| l.ends_with("cancelled")), "{listing}");
+    assert_eq!(listed_state(&dir, id), "cancelled");
+}
+
+/// The state `glidein list --json` gives allocation `id`.
+fn listed_state(dir: &Path, id: &str) -> String {
+    let listed = run(dir, &["glidein", "list", "--json"]);
+    assert!(listed.status.success(), "{}", text(&listed));
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout)
+        .unwrap_or_else(|e| panic!("glidein list --json: {e}\n{}", text(&listed)));
+    let allocations = json["allocations"]
+        .as_array()
+        .expect("an allocations array");
+    let entry = (allocations.iter())
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {json}"));
+    assert!(
+        entry["dir"].as_str().is_some_and(|d| d.ends_with(id)),
+        "{entry}"
+    );
+    entry["state"].as_str().expect("a state").to_string()
 }
 
 /// Writes executable bash scripts `name` (with `body`) into `dir/bin` and

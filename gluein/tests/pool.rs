@@ -331,9 +331,18 @@ fn relabel_agent(dir: &Path, id: &str, context: &str) {
         id,
         "--context",
         context,
+        "--json",
     ];
     let out = run(dir, &args);
     assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("relabel --json: {e}\n{}", text(&out)));
+    assert!(
+        json["node"].as_str().is_some_and(|n| n.contains(id)),
+        "{json}"
+    );
+    let changed = json["changed"].as_array().expect("a changed array");
+    assert!(changed.iter().all(|c| c["after"] == context), "{json}");
 }
 
 /// Waits (at most `limit`) until `dir/name` contains `wanted`.

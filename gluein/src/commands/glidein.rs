@@ -53,7 +53,11 @@ enum GlideinCommand {
     /// Start agents on this machine.
     Local(SubmitArgs),
     /// Show the allocations and their states (queried afresh).
-    List,
+    List {
+        /// Print JSON (an object with an `allocations` array) for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel an allocation's job and its agents.
     Cancel {
         /// The allocation's id, as `glidein list` shows it.
@@ -153,7 +157,7 @@ pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
             spec.ssh_options = args.ssh_options.clone();
         }),
         GlideinCommand::Local(args) => submit(Backend::Local, args, &|_| {}),
-        GlideinCommand::List => list(&root, &runner),
+        GlideinCommand::List { json } => list(&root, &runner, json),
         GlideinCommand::Cancel { id } => {
             let mut allocation = alloc::load(&root.join(&id)).with_context(|| {
                 format!(
@@ -240,8 +244,58 @@ fn start(
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(root: &std::path::Path, runner: &SystemRunner) -> anyhow::Result<ExitCode> {
+/// One allocation in `glidein list --json`.
+#[derive(serde::Serialize)]
+struct AllocationJson {
+    id: String,
+    backend: String,
+    job_id: Option<String>,
+    nodes: usize,
+    walltime_s: u64,
+    submitted: f64,
+    /// As the batch system says now, or the last known state if it could
+    /// not be asked (then `error` says why).
+    state: String,
+    error: Option<String>,
+    dir: String,
+}
+
+/// `glidein list --json`: the same shape as `status --json`, an object
+/// whose lists a script can index by name.
+#[derive(serde::Serialize)]
+struct ListJson {
+    allocations: Vec<AllocationJson>,
+}
+
+fn list(root: &std::path::Path, runner: &SystemRunner, json: bool) -> anyhow::Result<ExitCode> {
     let mut allocations = alloc::list(root)?;
+    if json {
+        let listed = (allocations.iter_mut())
+            .map(|allocation| {
+                let (state, error) = match glidein::refresh(allocation, runner) {
+                    Ok(state) => (state.to_string(), None),
+                    Err(error) => (allocation.record.state.to_string(), Some(error.to_string())),
+                };
+                let record = &allocation.record;
+                AllocationJson {
+                    id: record.id.clone(),
+                    backend: record.backend.to_string(),
+                    job_id: record.job_id.clone(),
+                    nodes: record.nodes,
+                    walltime_s: record.walltime_secs,
+                    submitted: record.submitted_at,
+                    state,
+                    error,
+                    dir: allocation.dir().display().to_string(),
+                }
+            })
+            .collect();
+        let json = ListJson {
+            allocations: listed,
+        };
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if allocations.is_empty() {
         println!("no allocations in {}", root.display());
         return Ok(ExitCode::SUCCESS);

@@ -42,6 +42,10 @@ pub struct RelabelArgs {
     /// Default: all of the agent's executors.
     #[arg(long = "executor", value_name = "INDEX")]
     executors: Vec<u32>,
+    /// Print JSON (the member, and each executor's labels before and
+    /// after) for scripts, in the style of `status --json`.
+    #[arg(long)]
+    json: bool,
     /// How long to wait for the pool and for the agent's answer.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     timeout: Duration,
@@ -84,19 +88,57 @@ fn relabel(
     let executors = (!args.executors.is_empty()).then(|| args.executors.clone());
     node.relabel_member(agent.node, executors, context.clone(), args.timeout)?;
     let after = node.member_status(agent.node, args.timeout)?;
+    let changed: Vec<ExecutorChange> = (before.member.executors.iter())
+        .zip(&after.member.executors)
+        .enumerate()
+        .filter(|(_, (old, new))| old != new)
+        .map(|(index, (old, new))| ExecutorChange {
+            index,
+            before: old.label_list(),
+            after: new.label_list(),
+        })
+        .collect();
+    if args.json {
+        let json = RelabelJson {
+            node: agent.node.to_string(),
+            peer: agent.peer.to_string(),
+            role: after.role.clone(),
+            host: after.host.clone(),
+            changed,
+        };
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "relabelled {} ({} on {}):",
         agent.node, after.role, after.host
     );
-    for (index, (old, new)) in (before.member.executors.iter())
-        .zip(&after.member.executors)
-        .enumerate()
-    {
-        if old != new {
-            println!("  #{index}  {}  ->  {}", old.label_list(), new.label_list());
-        }
+    for change in &changed {
+        println!(
+            "  #{}  {}  ->  {}",
+            change.index, change.before, change.after
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `relabel --json`: the agent, named as `status --json` names members.
+#[derive(serde::Serialize)]
+struct RelabelJson {
+    node: String,
+    peer: String,
+    role: String,
+    host: String,
+    /// Only the executors whose labels changed.
+    changed: Vec<ExecutorChange>,
+}
+
+/// One relabelled executor: its labels in priority order, comma separated.
+#[derive(serde::Serialize)]
+struct ExecutorChange {
+    index: usize,
+    before: String,
+    after: String,
 }
 
 /// The member `id` names: a prefix of its node id, or its peer id.
