@@ -38,13 +38,18 @@ pub(super) fn open_journal(args: &RunArgs) -> anyhow::Result<(Journal, PathBuf)>
 
 /// `constellation-runs/<graph stem>-<UTC time>/journal.db`, in a directory
 /// made for this run alone: a run started in the same second as another
-/// gets `-2`, `-3`, ... ([`run_dir::create_run_dir`]).
+/// gets `-2`, `-3`, ... ([`run_dir::create_run_dir`]). The link
+/// `constellation-runs/latest` then names it, so that commands written
+/// for the latest run keep working as runs accumulate.
 pub(super) fn default_journal_path(graph: &Path) -> anyhow::Result<PathBuf> {
     let stem = graph
         .file_stem()
         .map_or("graph".into(), |s| s.to_string_lossy());
-    let dir = run_dir::create_run_dir(Path::new("constellation-runs"), &stem)?;
-    Ok(dir.join("journal.db"))
+    let made = run_dir::create_latest_run_dir(Path::new(run_dir::RUNS_DIR), &stem)?;
+    if let Some(error) = made.link_error {
+        eprintln!("warning: {error}");
+    }
+    Ok(made.dir.join("journal.db"))
 }
 
 /// A hash of the whole graph as run, for the run's row: every node's id
