@@ -1,4 +1,11 @@
 //! `constellation pool start`: the node that agents and runners join.
+//!
+//! The pool always has a key (loopback is open to every local user), and
+//! the node claims its pool file with a lock for its whole life: see
+//! [`gluein::poolfile`]. Its state directory keeps its libp2p identity and
+//! the port it listened on, so that a pool node killed and started again
+//! on the same state directory has the same peer id and address, and
+//! writes the same pool file: members that knew it can find it again.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use constellation::net::{key, Node, NodeConfig};
+use constellation::net::{key, Multiaddr, Node, NodeConfig};
 use constellation::{ExecutorContext, Pool};
-use gluein::poolfile::PoolFile;
+use gluein::poolfile::{self, PoolFile, PoolFileLock, StateDir};
 use gluein::signals;
 
 /// Arguments of `constellation pool`.
@@ -29,23 +36,43 @@ enum PoolCommand {
 #[command(after_help = "\
 Examples:
   constellation pool start                      # all interfaces, a new key next to the pool file
-  constellation pool start --listen /ip4/127.0.0.1/tcp/0   # this machine only, no key needed
+  constellation pool start --listen /ip4/127.0.0.1/tcp/0   # this machine only
   constellation agent --pool constellation-pool.json       # then, on any node that can reach it
 
+Every pool has a key, loopback included (on a shared machine, every local
+user can reach loopback). The key file and the pool file are mode 0600:
+whoever joins must be able to read both, so on a cluster keep them on the
+shared home file system.
+
+One live pool per pool file: a second `pool start` on a pool file whose
+pool runs is refused. A pool file left by a pool that was killed is
+replaced.
+
+The state directory keeps the pool node's identity (its peer id) and the
+port it listened on. Started again on the same state directory, after a
+crash or `kill -9`, the pool has the same peer id and, when --listen asks
+for port 0 and the old port is free, the same address: its pool file is
+the same as before.
+
 The pool runs until Ctrl-C or SIGTERM; it then leaves the pool and removes
-the pool file. The key file (mode 0600) must be readable wherever agents
-run: on a cluster, keep it on the shared home file system.")]
+the pool file.")]
 pub struct StartArgs {
-    /// Where to listen. The default takes every interface and a free port.
+    /// Where to listen. The default takes every interface and a free port
+    /// (the port of the last start on this state directory, if still free).
     #[arg(long, default_value = "/ip4/0.0.0.0/tcp/0", value_name = "MULTIADDR")]
     listen: String,
     /// The pool key. Default: the pool file's name with `.key`, created
-    /// (mode 0600) if missing. Not needed on loopback.
+    /// (mode 0600) if missing.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Where to write the pool file.
+    /// Where to write the pool file (mode 0600).
     #[arg(long, default_value = "constellation-pool.json", value_name = "FILE")]
     pool_file: PathBuf,
+    /// Where the pool node keeps its identity and address across restarts.
+    /// Default: the pool file's name with `.state` instead of its extension,
+    /// beside it (created mode 0700).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// This node's site, for hierarchical stealing.
     #[arg(long, env = "CONSTELLATION_SITE")]
     site: Option<String>,
@@ -59,52 +86,74 @@ pub fn main(args: PoolArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
-    let listen: constellation::net::Multiaddr = args
+    let listen: Multiaddr = args
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not a multiaddr", args.listen))?;
-    let loopback = constellation::net::transport::is_loopback(&listen);
-    let key_file = match (&args.key_file, loopback) {
-        (Some(path), _) => Some(path.clone()),
-        (None, true) => None,
-        (None, false) => Some(args.pool_file.with_extension("key")),
+    // The claim comes first: a start refused because a live pool owns the
+    // pool file must change nothing, neither its files nor its key.
+    let claim = PoolFileLock::acquire(&args.pool_file)?;
+    if let Some(stale) = claim.stale() {
+        let whose = match stale.pid {
+            Some(pid) => format!(" (its pool, pid {pid}, is gone)"),
+            None => " (its pool is gone)".to_string(),
+        };
+        eprintln!(
+            "replacing the stale pool file {}{whose}",
+            args.pool_file.display()
+        );
+    }
+    let state_path =
+        (args.state_dir.clone()).unwrap_or_else(|| StateDir::default_for(&args.pool_file));
+    let state = StateDir::open(&state_path)?;
+    let key_file = (args.key_file.clone()).unwrap_or_else(|| args.pool_file.with_extension("key"));
+    let key = if key_file.exists() {
+        key::read_file(&key_file)?
+    } else {
+        let created = key::write_new_file(&key_file)?;
+        eprintln!("created the pool key {} (mode 0600)", key_file.display());
+        created
     };
-    let key = match &key_file {
-        Some(path) if path.exists() => Some(key::read_file(path)?),
-        Some(path) => {
-            let created = key::write_new_file(path)?;
-            eprintln!("created the pool key {} (mode 0600)", path.display());
-            Some(created)
-        }
-        None => None,
-    };
+    let (identity, new) = state.identity()?;
+    eprintln!(
+        "pool node {} ({} identity, kept in {})",
+        identity.public().to_peer_id(),
+        if new { "a new" } else { "its previous" },
+        state.path().display()
+    );
+    // Caught before the pool file appears: whoever sees the file may stop
+    // the pool at once, and it must still remove its file.
+    signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     let config = NodeConfig {
-        listen,
-        key,
+        listen: listen.clone(),
+        key: Some(key),
         site: args.site.clone(),
         master: true,
         role: "pool".into(),
         host: executors::probe::hostname(),
+        identity: Some(identity),
         ..NodeConfig::default()
     };
-    // The pool node runs no work itself: one executor offering a label
-    // nothing asks for gives work stolen back to it a place to wait.
-    let holds_only: ExecutorContext = "constellation:pool".parse().expect("a label");
-    let node = Node::start(config, Pool::builder().executor(holds_only))?;
+    let node = start_node(config, state.last_listen())?;
+    if let Some(listened) = node
+        .listen_addrs()
+        .first()
+        .and_then(poolfile::tcp_port)
+        .and_then(|port| poolfile::with_tcp_port(&listen, port))
+    {
+        state.save_listen(&listened)?;
+    }
     let file = PoolFile {
         addresses: node
             .listen_addrs()
             .iter()
             .map(ToString::to_string)
             .collect(),
-        key_file: key_file
-            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-            .clone(),
+        key_file: Some(std::fs::canonicalize(&key_file).unwrap_or(key_file)),
         pid: std::process::id(),
         started: journal::unix_seconds(std::time::SystemTime::now()),
     };
     file.save(&args.pool_file)?;
-    signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
     println!("pool listening on:");
     for address in &file.addresses {
         println!("  {address}");
@@ -127,7 +176,43 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         "stopping: leaving the pool and removing {}",
         args.pool_file.display()
     );
+    // Removed while the claim is held: no other pool can own the file yet.
     let _ = std::fs::remove_file(&args.pool_file);
     node.leave();
+    drop(claim);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the pool node. When `config` asks for port 0, the port of the
+/// last start (`previous`) comes first, so that a restarted pool keeps its
+/// address; a new port, with a warning, when that one is taken.
+fn start_node(config: NodeConfig, previous: Option<Multiaddr>) -> anyhow::Result<Node> {
+    // The pool node runs no work itself: one executor offering a label
+    // nothing asks for gives work stolen back to it a place to wait.
+    let holds_only: ExecutorContext = "constellation:pool".parse().expect("a label");
+    let builder = || Pool::builder().executor(holds_only.clone());
+    let again = previous
+        .as_ref()
+        .and_then(poolfile::tcp_port)
+        .filter(|&port| port != 0 && poolfile::tcp_port(&config.listen) == Some(0))
+        .and_then(|port| Some((port, poolfile::with_tcp_port(&config.listen, port)?)));
+    if let Some((port, listen)) = again {
+        let same = NodeConfig {
+            listen,
+            ..config.clone()
+        };
+        match Node::start(same, builder()) {
+            Ok(node) => return Ok(node),
+            Err(error) => {
+                // The driver's text for a taken port is often empty, so
+                // the warning names the likely cause and the log keeps it.
+                tracing::debug!("listening on the previous port {port}: {error}");
+                eprintln!(
+                    "warning: cannot listen on the pool's previous port {port} (taken?); \
+                     listening on a new port, so members must join with the new pool file"
+                );
+            }
+        }
+    }
+    Ok(Node::start(config, builder())?)
 }
