@@ -100,31 +100,51 @@ pub fn run(dir: &Path, args: &[&str]) -> Output {
         .expect("run constellation")
 }
 
-/// Starts a loopback pool in `dir` (pool file `dir/pool.json`, log
-/// `dir/pool.log`) and waits for its pool file.
+/// Starts a loopback pool in `dir` (pool file `dir/pool.json`, its key
+/// `dir/pool.key`, log `dir/pool.log`) and waits for its pool file.
 pub fn start_pool(dir: &Path) -> Guard {
-    let guard = spawn(
-        dir,
-        &[
-            "pool",
-            "start",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--pool-file",
-            "pool.json",
-        ],
-        "pool.log",
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("pool.json").exists() {
+    start_pool_with(dir, &[], "pool.log")
+}
+
+/// Starts `constellation pool start` on loopback in `dir` with the pool
+/// file `dir/pool.json` and `extra` arguments, logging to `dir/LOG`, and
+/// waits (at most 30 s) until the pool file is this process's: a stale
+/// one a killed pool left does not count.
+pub fn start_pool_with(dir: &Path, extra: &[&str], log_name: &str) -> Guard {
+    let args = [
+        "pool",
+        "start",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--pool-file",
+        "pool.json",
+    ];
+    let mut guard = spawn(dir, &[&args[..], extra].concat(), log_name);
+    let pid = guard.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool_file_pid(&dir.join("pool.json")) != Some(pid) {
+        if let Some(status) = guard.0.try_wait().expect("try_wait") {
+            panic!(
+                "the pool ended ({status}) before writing its pool file: {}",
+                log(dir, log_name)
+            );
+        }
         assert!(
             Instant::now() < deadline,
-            "no pool file: {}",
-            log(dir, "pool.log")
+            "no pool file after 30 s: {}",
+            log(dir, log_name)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     guard
+}
+
+/// The pool node's process id in the pool file at `path`, if it can be
+/// read.
+pub fn pool_file_pid(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json["pid"].as_u64()?.try_into().ok()
 }
 
 /// The contents of `dir/name`, or nothing.
