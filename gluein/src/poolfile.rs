@@ -224,10 +224,6 @@ impl HeldLock {
     /// Takes the lock on `path` (created mode 0600 if missing) without
     /// waiting, and writes this process's id into it for whoever is
     /// refused.
-    // std's `File::try_lock` is stable since Rust 1.89, past the
-    // workspace's rust-version (1.87), as run_dir's `File::lock` is: the
-    // workspace needs 1.89 for both.
-    #[allow(clippy::incompatible_msrv)]
     fn take(path: &Path) -> Result<HeldLock, LockRefused> {
         // The file is never removed: a process that opened it just before
         // a removal would lock the removed file while a newcomer locks a

@@ -148,6 +148,12 @@ fn logs_into_a_pipe_have_no_colour_codes() {
                 "--timeout",
                 "2s",
             ])
+            // Every pool has a key: without one the command stops before
+            // it dials anything, and there would be no warning to look at.
+            .env(
+                "CONSTELLATION_KEY",
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            )
             .stderr(Stdio::piped()),
     );
     assert_eq!(out.status.code(), Some(2));
