@@ -4,11 +4,21 @@
 //! reports each one it settles. This command watches those reports, writes
 //! them to the journal as they come (so a killed run can be resumed), and
 //! shows progress.
+//!
+//! A run stops early on SIGINT or SIGTERM, or on a pool when the pool node
+//! is gone for longer than `--reconnect`: it starts no more commands,
+//! kills the ones this process runs (whole process groups) and journals
+//! each as an attempt that the stop ended, leaving its activity pending;
+//! then it marks the run `interrupted` and leaves its pool with a goodbye,
+//! so that no member declares it dead. A resume runs what did not finish,
+//! with nothing of this run still running beside it.
 
+mod census;
 mod pool;
 mod progress;
 mod record;
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,16 +28,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::Args;
 use constellation::collect::MultiEventCollector;
-use constellation::{Context, ContextList};
-use executors::shell::Capture;
-use graph::{Coordinator, Graph, NodeReport, Relabel, COORDINATOR_LABEL};
-use journal::{ExecutorRow, NewRun, RunStatus};
+use constellation::net::Node;
+use constellation::{ActivityId, Context, ContextList};
+use executors::shell::{Capture, ShellOutcome};
+use gluein::signals::OnStop;
+use graph::{Coordinator, Graph, NodeReport, Relabel, ReleasedCounts, COORDINATOR_LABEL};
+use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 
+use census::Census;
 use pool::{
     check_contexts, executor_contexts, join_pool, local_pool, pool_executors, unoffered, Runner,
 };
 use progress::{Progress, Tally};
-use record::{declare, graph_hash, open_journal, plan_skips, update_for};
+use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
 
 /// Arguments of `constellation run`.
 #[derive(Args)]
@@ -88,6 +101,11 @@ pub struct RunArgs {
     /// With --pool: the pool key, if the pool file does not name it.
     #[arg(long, value_name = "FILE", requires = "pool")]
     key_file: Option<PathBuf>,
+    /// With --pool: how long to wait for the pool node to come back when it
+    /// is gone mid-run (e.g. `5m`), before the run stops with a message
+    /// that says how to resume it. Default: stop at once.
+    #[arg(long, value_parser = timefmt::parse_duration, value_name = "DURATION", requires = "pool")]
+    reconnect: Option<Duration>,
     /// Progress display: `auto` (a bar when stderr is a terminal, else a
     /// line every 10 s), `bar` (refused when stderr is not a terminal,
     /// where a bar would draw nothing), `lines` or `none`.
@@ -141,7 +159,9 @@ impl ProgressMode {
     }
 }
 
-/// Runs the graph; exits 0 if every activity succeeded, 1 if some failed.
+/// Runs the graph; exits 0 if every activity succeeded, 1 if some failed,
+/// 130 when stopped by SIGINT or SIGTERM, and 2 when its pool node is gone
+/// for good.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
     let mut graph = Graph::load(&args.graph).map_err(|errors| {
@@ -200,6 +220,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         output_dir: output_dir.display().to_string(),
         sources: graph.sources().to_vec(),
     })?;
+    // On a pool every node is named by host and id: two agents on one
+    // host are two nodes. This process's own executors are one of them.
+    let names = match &node {
+        Some(_) => NodeNames::HostAndId,
+        None => NodeNames::Host,
+    };
+    let own_name = match &node {
+        Some(node) => names.name(&host, node.node_id()),
+        None => host.clone(),
+    };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = (cores / executors.len().max(1)).max(1) as i64;
     journal.record_executors(
@@ -207,12 +237,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         &(executors.iter().enumerate())
             .map(|(k, context)| ExecutorRow {
                 executor: k as i64,
-                node: host.clone(),
+                node: own_name.clone(),
                 labels: context.label_list(),
                 cores: share,
             })
             .collect::<Vec<_>>(),
     )?;
+    let mut census = Census::default();
+    if let Some(node) = &node {
+        census.record_new(node, &mut journal, run)?;
+    }
     let keys = declare(&mut journal, run, &graph, &hashes, &skip)?;
     drop(hashes);
 
@@ -238,11 +272,14 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let pool = runner.pool();
     let started = Instant::now();
-    let mut tally = Tally::new(&graph, skipped);
     let expected = graph.len() - skipped;
-    // Ctrl-C ends the run with its summary, which names what still waits.
-    gluein::signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
-    let mut interrupted = false;
+    let mut recorder = Recorder::new(&graph, keys, skipped, names);
+    // Ctrl-C stops the commands this process started and ends the run
+    // with its summary, which names what still waits. Caught before any
+    // command starts, so that none escapes the stop.
+    gluein::signals::catch_stop_signals_as(OnStop::Interrupt)
+        .context("cannot catch SIGINT and SIGTERM")?;
+    let mut stop = None;
     if expected > 0 {
         let (collector, reports) = MultiEventCollector::new(expected);
         let collector = collector.on(coordination);
@@ -257,63 +294,110 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         // transaction per report would cost more than a short command. A
         // runner killed in between loses at most that much of the record,
         // and those activities run again on resume (at-least-once).
-        let mut updates = Vec::new();
         let mut last_commit = Instant::now();
         let mut last_offer_check: Option<Instant> = None;
+        let mut pool_node = PoolNodeWatch::default();
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
             let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
             let finished = batch.is_none();
             for event in batch.into_iter().flatten() {
-                let report = event_report(event)?;
-                tally.count(&graph, &report);
-                updates.push(update_for(&graph, &keys, &report));
+                recorder.take(&graph, event_report(event)?);
             }
-            interrupted = gluein::signals::stop_requested();
-            if last_offer_check.is_none_or(|at| at.elapsed() >= OFFER_CHECK_EVERY) || interrupted {
+            if gluein::signals::stop_requested() {
+                stop = Some(Stop::Signal);
+            } else if let Runner::Node(node) = &runner {
+                stop = pool_node.check(node, args.reconnect.unwrap_or_default(), &progress);
+            }
+            let checking = last_offer_check.is_none_or(|at| at.elapsed() >= OFFER_CHECK_EVERY);
+            if checking || stop.is_some() {
                 last_offer_check = Some(Instant::now());
-                tally.unoffered = unoffered(&graph, &released, &runner.offered());
-                progress.unoffered(&tally.unoffered);
-            }
-            if finished || interrupted || last_commit.elapsed() >= COMMIT_EVERY {
-                if !updates.is_empty() {
-                    journal.record(run, &std::mem::take(&mut updates))?;
+                recorder.tally.unoffered = unoffered(&graph, &released, &runner.offered());
+                progress.unoffered(&recorder.tally.unoffered);
+                if let (Runner::Node(node), true) = (&runner, stop.is_none()) {
+                    // Agents that joined since, or were relabelled.
+                    census.record_new(node, &mut journal, run)?;
                 }
-                last_commit = Instant::now();
-                progress.show(&tally, pool.counts().running, started.elapsed());
             }
-            if finished || interrupted {
+            if finished || stop.is_some() || last_commit.elapsed() >= COMMIT_EVERY {
+                recorder.commit(&mut journal, run)?;
+                last_commit = Instant::now();
+                progress.show(
+                    &recorder.tally,
+                    running_now(&runner, &released),
+                    started.elapsed(),
+                );
+            }
+            if finished || stop.is_some() {
                 break;
             }
         }
-        progress.finish(&tally);
+        progress.finish(&recorder.tally);
+        if let Some(stop) = &stop {
+            eprintln!("{}", stop.stopping());
+            let killed = executors::shell::kill_all_running(KILL_GRACE);
+            recorder.killed(&killed);
+            // Each killed command's report is on its way: wait for them, so
+            // that every execution is an attempt in the journal.
+            let deadline = Instant::now() + KILLED_REPORTS_WAIT;
+            while !recorder.awaited.is_empty() && Instant::now() < deadline {
+                let Some(batch) = reports.next_batch(Duration::from_millis(50))? else {
+                    break;
+                };
+                for event in batch {
+                    recorder.take(&graph, event_report(event)?);
+                }
+            }
+            if !recorder.awaited.is_empty() {
+                eprintln!(
+                    "warning: {} killed command(s) did not report within {} s; \
+                     the journal has no attempt for them",
+                    recorder.awaited.len(),
+                    KILLED_REPORTS_WAIT.as_secs()
+                );
+            }
+            recorder.commit(&mut journal, run)?;
+        }
     }
-    let status = if interrupted {
+    let tally = &recorder.tally;
+    let status = if stop.is_some() {
         RunStatus::Interrupted
     } else if tally.failed + tally.cancelled > 0 {
         RunStatus::Failed
     } else {
         RunStatus::Succeeded
     };
-    if !interrupted {
-        runner.done();
-    }
     journal.end_run(run, status)?;
     print!("{}", tally.summary(started.elapsed()));
     println!("journal: {}", journal_path.display());
-    if interrupted {
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-        // Not `runner.done()`, which waits for the work in flight, and not
-        // a return, whose drop of the pool waits for it too. Commands still
-        // running are in process groups of their own and go on; `--resume`
-        // runs what they did not finish.
-        std::process::exit(130);
+    let Some(stop) = stop else {
+        runner.done();
+        return Ok(match status {
+            RunStatus::Succeeded => ExitCode::SUCCESS,
+            _ => ExitCode::from(1),
+        });
+    };
+    // Not `runner.done()`, which waits for all work to finish.
+    leave(runner);
+    let unfinished = expected - tally.settled();
+    match stop {
+        Stop::Signal => {
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            std::process::exit(130);
+        }
+        Stop::PoolGone { since } => {
+            let pool = args.pool.as_deref().unwrap_or_default();
+            bail!(
+                "the pool node at {pool} is gone (this run lost it {} s ago: it stopped, or stopped answering); \
+                 {unfinished} activities did not finish; resume with \
+                 `constellation run {} --resume {} --pool {pool}`",
+                since.elapsed().as_secs(),
+                args.graph.display(),
+                journal_path.display()
+            )
+        }
     }
-    Ok(match status {
-        RunStatus::Succeeded => ExitCode::SUCCESS,
-        _ => ExitCode::from(1),
-    })
 }
 
 /// The longest a settled activity waits to be committed to the journal.
@@ -322,6 +406,185 @@ const COMMIT_EVERY: Duration = Duration::from_millis(50);
 /// How often the run compares what released work needs with what the
 /// executors offer (a relabel can take a label away at any time).
 const OFFER_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a command may take to end after the SIGTERM of a stopping run,
+/// before it gets SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a stopping run waits for the reports of the commands it killed.
+const KILLED_REPORTS_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a stopping run waits to have left its pool.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a run stopped before its graph was done.
+enum Stop {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// The pool node has been gone since `since`, longer than `--reconnect`.
+    PoolGone { since: Instant },
+}
+
+impl Stop {
+    /// What the run does now, in words.
+    fn stopping(&self) -> &'static str {
+        match self {
+            Stop::Signal => "stopping: killing the commands this run started",
+            Stop::PoolGone { .. } => {
+                "stopping: the pool node did not come back; killing the commands this run started"
+            }
+        }
+    }
+}
+
+/// Watches a pool run's pool node: when it is gone, says so, and gives
+/// up once it has been gone for longer than `--reconnect`.
+#[derive(Default)]
+struct PoolNodeWatch {
+    gone_since: Option<Instant>,
+}
+
+impl PoolNodeWatch {
+    /// [`Stop::PoolGone`] once the pool node has been gone for longer than
+    /// `reconnect`.
+    fn check(&mut self, node: &Node, reconnect: Duration, progress: &Progress) -> Option<Stop> {
+        if !node.wait_for_master_gone(Some(Duration::ZERO)) {
+            if self.gone_since.take().is_some() {
+                progress.say("the pool node is back; the run goes on");
+            }
+            return None;
+        }
+        let since = *self.gone_since.get_or_insert_with(|| {
+            progress.say(&if reconnect.is_zero() {
+                "the pool node is gone (no member sees it any more)".to_string()
+            } else {
+                format!(
+                    "the pool node is gone (no member sees it any more); \
+                     waiting up to {} s for it to come back (--reconnect)",
+                    reconnect.as_secs()
+                )
+            });
+            Instant::now()
+        });
+        (since.elapsed() >= reconnect).then_some(Stop::PoolGone { since })
+    }
+}
+
+/// Leaves the pool (a runner on one) or stops the embedded pool, waiting at
+/// most [`LEAVE_WAIT`]: a runner that stops must end even if its pool
+/// does not answer. The commands are dead by now, so the executors only
+/// have to notice.
+fn leave(runner: Runner) {
+    let (left, leaving) = std::sync::mpsc::channel();
+    let went = std::thread::Builder::new()
+        .name("leave".to_string())
+        .spawn(move || {
+            match runner {
+                // Says goodbye, so that no member declares this one dead.
+                Runner::Node(node) => drop(node.leave()),
+                Runner::Local(pool) => drop(pool),
+            }
+            let _ = left.send(());
+        });
+    if went.is_ok() && leaving.recv_timeout(LEAVE_WAIT).is_err() {
+        eprintln!(
+            "warning: the pool was not left within {} s",
+            LEAVE_WAIT.as_secs()
+        );
+    }
+}
+
+/// Activities running now: in the embedded pool, its count; on a pool,
+/// where they run on the agents, the coordinator's activities in flight
+/// (submitted and not finished), at most one per executor offered.
+fn running_now(runner: &Runner, released: &ReleasedCounts) -> usize {
+    match runner {
+        Runner::Local(pool) => pool.counts().running,
+        Runner::Node(_) => {
+            let in_flight: usize = (0..released.len()).map(|k| released.in_flight(k)).sum();
+            let executors = (runner.offered().iter())
+                .filter(|e| !super::is_internal(e))
+                .count();
+            in_flight.min(executors)
+        }
+    }
+}
+
+/// Turns the coordinator's reports into journal rows and counts.
+struct Recorder {
+    tally: Tally,
+    /// The graph's nodes' activity numbers in the journal.
+    keys: Vec<i64>,
+    names: NodeNames,
+    /// Rows not committed yet.
+    updates: Vec<ActivityUpdate>,
+    /// Once the run stops: the shell activities whose commands it killed
+    /// and whose reports have not come yet.
+    awaited: HashSet<ActivityId>,
+    /// Whether the run has stopped: a command killed by a signal from then
+    /// on was killed by the stop (the run's own kill, or the signal that
+    /// stopped the run reaching its commands too).
+    stopped: bool,
+    /// Nodes whose command the stop killed: what they cancel stays pending.
+    interrupted: HashSet<usize>,
+}
+
+impl Recorder {
+    fn new(graph: &Graph, keys: Vec<i64>, skipped: usize, names: NodeNames) -> Recorder {
+        Recorder {
+            tally: Tally::new(graph, skipped),
+            keys,
+            names,
+            updates: Vec::new(),
+            awaited: HashSet::new(),
+            stopped: false,
+            interrupted: HashSet::new(),
+        }
+    }
+
+    /// The run stopped and killed the commands of `killed`.
+    fn killed(&mut self, killed: &[ActivityId]) {
+        self.stopped = true;
+        self.awaited.extend(killed.iter().copied());
+    }
+
+    /// Counts and records one report.
+    fn take(&mut self, graph: &Graph, report: NodeReport) {
+        let stopped = self.stopped || gluein::signals::stop_requested();
+        let interrupted = match &report {
+            NodeReport::Finished { result, .. } => {
+                let killed = self.awaited.remove(&result.activity);
+                killed || (stopped && matches!(result.outcome, ShellOutcome::Signalled { .. }))
+            }
+            // Cancelled because of a command the stop killed: it runs on
+            // resume, like the killed one.
+            NodeReport::Cancelled { because, .. } if self.interrupted.contains(because) => {
+                self.interrupted.insert(report.node());
+                return;
+            }
+            _ => false,
+        };
+        if interrupted {
+            self.interrupted.insert(report.node());
+            self.tally.interrupted += 1;
+        } else {
+            self.tally.count(graph, &report);
+        }
+        let recording = Recording {
+            names: self.names,
+            interrupted,
+        };
+        (self.updates).push(update_for(graph, &self.keys, &report, recording));
+    }
+
+    /// Writes the rows taken since the last commit, in one transaction.
+    fn commit(&mut self, journal: &mut Journal, run: i64) -> anyhow::Result<()> {
+        if !self.updates.is_empty() {
+            journal.record(run, &std::mem::take(&mut self.updates))?;
+        }
+        Ok(())
+    }
+}
 
 /// The coordinator's report in an event.
 fn event_report(event: constellation::Event) -> anyhow::Result<NodeReport> {

@@ -16,6 +16,8 @@ pub(super) struct Tally {
     pub(super) done: usize,
     pub(super) failed: usize,
     pub(super) cancelled: usize,
+    /// Killed because the run stopped; they run again on resume.
+    pub(super) interrupted: usize,
     pub(super) retried: usize,
     /// Per kind name: durations of successful runs, summarised in a
     /// bounded space. Entries with the same id as written (one per tile
@@ -52,6 +54,7 @@ impl Tally {
             done: 0,
             failed: 0,
             cancelled: 0,
+            interrupted: 0,
             retried: 0,
             durations: vec![None; kinds.len()],
             kinds,
@@ -122,6 +125,12 @@ impl Tally {
             out.push_str(&format!(
                 "interrupted with {unfinished} activities not finished"
             ));
+            if self.interrupted > 0 {
+                out.push_str(&format!(
+                    " ({} killed as the run stopped)",
+                    self.interrupted
+                ));
+            }
             if !self.unoffered.is_empty() {
                 out.push_str(&format!("; {}", unoffered_text(&self.unoffered)));
             }
@@ -317,6 +326,18 @@ impl Progress {
         }
     }
 
+    /// Says `line` at once, above the bar if there is one: news that must
+    /// not wait for the next progress line, shown even with
+    /// `--progress none`.
+    pub(super) fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Shows the counts; `running` is how many activities run now,
+    /// wherever they run.
     pub(super) fn show(&mut self, tally: &Tally, running: usize, elapsed: Duration) {
         let mut message = format!(
             "running {running}, failed {}, cancelled {}",

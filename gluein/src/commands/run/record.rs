@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use constellation::NodeId;
 use executors::shell::{ShellOutcome, ShellResult};
 use gluein::run_dir;
 use graph::{Graph, NodeReport};
@@ -106,11 +107,57 @@ pub(super) fn declare(
     journal.declare(run, graph.kinds(), &contexts, activities)
 }
 
+/// How the journal names the node an attempt ran on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeNames {
+    /// By host name: an embedded pool is one node on one host.
+    Host,
+    /// `HOST#ID`, the host name and the node's short id: on a pool, where
+    /// two agents on one host are two nodes, each with its own executors
+    /// numbered from 0.
+    HostAndId,
+}
+
+impl NodeNames {
+    /// The name of node `node` on host `host`.
+    pub(super) fn name(self, host: &str, node: NodeId) -> String {
+        match self {
+            NodeNames::Host => host.to_string(),
+            NodeNames::HostAndId => format!("{host}#{node}"),
+        }
+    }
+}
+
+/// What the run knows about a report besides the report itself.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Recording {
+    /// How nodes are named.
+    pub(super) names: NodeNames,
+    /// The activity was killed because the run stopped (Ctrl-C, or its
+    /// pool node gone): it stays pending, to run again on resume, and
+    /// its last attempt says why it ended.
+    pub(super) interrupted: bool,
+}
+
 /// The journal rows for one report; `keys` are the nodes' activity
 /// numbers, as [`declare`] returned them.
-pub(super) fn update_for(graph: &Graph, keys: &[i64], report: &NodeReport) -> ActivityUpdate {
+pub(super) fn update_for(
+    graph: &Graph,
+    keys: &[i64],
+    report: &NodeReport,
+    recording: Recording,
+) -> ActivityUpdate {
     let activity = keys[report.node()];
     match report {
+        NodeReport::Finished { result, .. } if recording.interrupted => ActivityUpdate {
+            activity,
+            state: ActivityState::Pending,
+            message: Some(format!(
+                "interrupted: the run stopped and its command {}",
+                result.outcome
+            )),
+            attempts: new_attempts(result, recording),
+        },
         NodeReport::Finished { result, .. } => ActivityUpdate {
             activity,
             state: if result.is_success() {
@@ -119,7 +166,7 @@ pub(super) fn update_for(graph: &Graph, keys: &[i64], report: &NodeReport) -> Ac
                 ActivityState::Failed
             },
             message: (!result.is_success()).then(|| result.outcome.to_string()),
-            attempts: new_attempts(result),
+            attempts: new_attempts(result, recording),
         },
         NodeReport::Cancelled { because, .. } => ActivityUpdate {
             activity,
@@ -136,11 +183,16 @@ pub(super) fn update_for(graph: &Graph, keys: &[i64], report: &NodeReport) -> Ac
     }
 }
 
-pub(super) fn new_attempts(result: &ShellResult) -> Vec<NewAttempt> {
+/// One journal row per attempt of `result`, each naming the executor that
+/// ran it as `recording` says.
+pub(super) fn new_attempts(result: &ShellResult, recording: Recording) -> Vec<NewAttempt> {
+    let node = recording.names.name(&result.host, result.node);
+    let last = result.history.len();
     result
         .history
         .iter()
-        .map(|a| {
+        .enumerate()
+        .map(|(k, a)| {
             let (outcome, exit_code, signal) = match &a.outcome {
                 ShellOutcome::Exited { code } => ("exited", Some(i64::from(*code)), None),
                 ShellOutcome::Signalled { signal } => ("signalled", None, Some(i64::from(*signal))),
@@ -148,9 +200,15 @@ pub(super) fn new_attempts(result: &ShellResult) -> Vec<NewAttempt> {
                 ShellOutcome::StartFailed { .. } => ("start_failed", None, None),
             };
             let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+            let message = match (!a.outcome.is_success()).then(|| a.outcome.to_string()) {
+                Some(text) if recording.interrupted && k + 1 == last => {
+                    Some(format!("interrupted: the run stopped and {text}"))
+                }
+                message => message,
+            };
             NewAttempt {
                 attempt: i64::from(a.attempt),
-                node: result.host.clone(),
+                node: node.clone(),
                 executor: result.executor as i64,
                 labels: result.executor_labels.clone(),
                 started: unix_seconds(a.started),
@@ -158,7 +216,7 @@ pub(super) fn new_attempts(result: &ShellResult) -> Vec<NewAttempt> {
                 outcome: outcome.to_string(),
                 exit_code,
                 signal,
-                message: (!a.outcome.is_success()).then(|| a.outcome.to_string()),
+                message,
                 cpu_seconds: a.cpu.map(|c| c.as_secs_f64()),
                 stdout: path(&a.stdout),
                 stderr: path(&a.stderr),
