@@ -24,6 +24,10 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Summarize a journaled run and plot its utilization.
     Report(commands::report::ReportArgs),
+    /// List the runs in constellation-runs (or DIR), newest last: graph,
+    /// status (running, succeeded, failed, interrupted, or stopped when
+    /// the runner died), times and activity counts.
+    Runs(commands::runs::RunsArgs),
     /// Print one activity's output (stdout or stderr), from its files or
     /// from the run's stream files.
     Output(commands::output::OutputArgs),
@@ -51,7 +55,11 @@ fn main() -> ExitCode {
     let talks_to_peers = match &cli.command {
         Command::Run(args) => args.joins_a_pool(),
         Command::Pool(_) | Command::Agent(_) | Command::Status(_) | Command::Relabel(_) => true,
-        Command::Report(_) | Command::Output(_) | Command::Probe(_) | Command::Glidein(_) => false,
+        Command::Report(_)
+        | Command::Runs(_)
+        | Command::Output(_)
+        | Command::Probe(_)
+        | Command::Glidein(_) => false,
     };
     if !talks_to_peers {
         gluein::cli::exit_quietly_on_broken_pipe();
@@ -59,6 +67,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => commands::run::main(args),
         Command::Report(args) => commands::report::main(args),
+        Command::Runs(args) => commands::runs::main(args),
         Command::Output(args) => commands::output::main(args),
         Command::Probe(args) => commands::probe::main(args),
         Command::Pool(args) => commands::pool::main(args),

@@ -8,6 +8,7 @@ pub mod probe;
 pub mod relabel;
 pub mod report;
 pub mod run;
+pub mod runs;
 pub mod status;
 
 use anyhow::Context as _;
