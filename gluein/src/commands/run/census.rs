@@ -14,7 +14,7 @@ use super::pool::agents_of;
 use super::record::NodeNames;
 
 /// How long the run waits for an agent to say which host it runs on.
-const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long after an agent did not answer the run asks it again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(10);
@@ -23,9 +23,9 @@ const ASK_AGAIN_AFTER: Duration = Duration::from_secs(10);
 /// did not answer were last asked.
 #[derive(Default)]
 pub(super) struct Census {
-    /// Per agent, the executors as listed: a relabelled agent is listed
-    /// again with its new labels.
-    listed: HashMap<NodeId, Vec<ExecutorContext>>,
+    /// Per agent, its host and its executors as listed: a relabelled
+    /// agent is listed again with its new labels.
+    listed: HashMap<NodeId, (String, Vec<ExecutorContext>)>,
     unanswered: HashMap<NodeId, Instant>,
 }
 
@@ -43,14 +43,21 @@ impl Census {
     ) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         for agent in agents_of(node) {
-            if self.listed.get(&agent.node) == Some(&agent.executors) {
+            let known = self.listed.get(&agent.node);
+            if known.is_some_and(|(_, executors)| executors == &agent.executors) {
                 continue;
             }
             if (self.unanswered.get(&agent.node)).is_some_and(|at| at.elapsed() < ASK_AGAIN_AFTER) {
                 continue;
             }
-            let host = match node.member_status(agent.node, ASK_TIMEOUT) {
-                Ok(status) => status.host,
+            let asked = match known {
+                Some((host, _)) => Ok(host.clone()),
+                None => node
+                    .member_status(agent.node, ASK_TIMEOUT)
+                    .map(|status| status.host),
+            };
+            let host = match asked {
+                Ok(host) => host,
                 Err(error) => {
                     tracing::warn!(agent = %agent.node, %error, "an agent did not say which host it runs on; its executors are listed once it does");
                     self.unanswered.insert(agent.node, Instant::now());
@@ -59,10 +66,32 @@ impl Census {
             };
             self.unanswered.remove(&agent.node);
             rows.extend(agent_rows(&agent, &host));
-            self.listed.insert(agent.node, agent.executors);
+            self.listed.insert(agent.node, (host, agent.executors));
         }
         if !rows.is_empty() {
             journal.record_executors(run, &rows)?;
+        }
+        Ok(())
+    }
+
+    /// Lists the executors of node `id`, which ran an attempt on host
+    /// `host`, if it is an agent not listed yet (one that did not answer
+    /// when asked, say): no question needed, the attempt named its host.
+    pub(super) fn ran_on(
+        &mut self,
+        node: &Node,
+        id: NodeId,
+        host: &str,
+        journal: &mut Journal,
+        run: i64,
+    ) -> anyhow::Result<()> {
+        if self.listed.contains_key(&id) {
+            return Ok(());
+        }
+        if let Some(agent) = agents_of(node).find(|agent| agent.node == id) {
+            journal.record_executors(run, &agent_rows(&agent, host))?;
+            self.unanswered.remove(&id);
+            self.listed.insert(id, (host.to_string(), agent.executors));
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use constellation::collect::MultiEventCollector;
 use constellation::net::Node;
-use constellation::{ActivityId, Context, ContextList};
+use constellation::{ActivityId, Context, ContextList, NodeId};
 use executors::shell::{Capture, ShellOutcome};
 use gluein::signals::OnStop;
 use graph::{Coordinator, Graph, NodeReport, Relabel, ReleasedCounts, COORDINATOR_LABEL};
@@ -304,6 +304,13 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             for event in batch.into_iter().flatten() {
                 recorder.take(&graph, event_report(event)?);
             }
+            if let Runner::Node(node) = &runner {
+                // Before the attempts are committed, so that they find
+                // their executors listed, with cores.
+                for (id, host) in recorder.new_nodes.drain(..) {
+                    census.ran_on(node, id, &host, &mut journal, run)?;
+                }
+            }
             if gluein::signals::stop_requested() {
                 stop = Some(Stop::Signal);
             } else if let Runner::Node(node) = &runner {
@@ -527,6 +534,10 @@ struct Recorder {
     stopped: bool,
     /// Nodes whose command the stop killed: what they cancel stays pending.
     interrupted: HashSet<usize>,
+    /// The nodes attempts ran on, by id.
+    nodes_seen: HashSet<NodeId>,
+    /// Those seen first since the caller last took them, with their host.
+    new_nodes: Vec<(NodeId, String)>,
 }
 
 impl Recorder {
@@ -539,6 +550,8 @@ impl Recorder {
             awaited: HashSet::new(),
             stopped: false,
             interrupted: HashSet::new(),
+            nodes_seen: HashSet::new(),
+            new_nodes: Vec::new(),
         }
     }
 
@@ -553,6 +566,9 @@ impl Recorder {
         let stopped = self.stopped || gluein::signals::stop_requested();
         let interrupted = match &report {
             NodeReport::Finished { result, .. } => {
+                if self.nodes_seen.insert(result.node) {
+                    self.new_nodes.push((result.node, result.host.clone()));
+                }
                 let killed = self.awaited.remove(&result.activity);
                 killed || (stopped && matches!(result.outcome, ShellOutcome::Signalled { .. }))
             }
