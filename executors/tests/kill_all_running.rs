@@ -82,7 +82,7 @@ fn command(script: String) -> ShellSpec {
 fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
     let dir = scratch("all");
     let pool = Pool::builder().executors(3).start().unwrap();
-    let (collector, results) = MultiEventCollector::new(2);
+    let (collector, results) = MultiEventCollector::new(3);
     let parent = pool.submit(collector).unwrap();
     // One ends at SIGTERM; the other ignores it (and so does its `sleep`,
     // which inherits the disposition), so only the SIGKILL after the grace
@@ -105,17 +105,44 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
             .reply_to(parent),
         )
         .unwrap();
+    // A third failed at once and waits a minute to retry.
+    let retrying = pool
+        .submit(
+            ShellActivity::new(
+                ShellSpec::script(format!("echo failed >> {}/retrying; exit 3", dir.display()))
+                    .capture(Capture::Memory { limit: 4096 })
+                    .retry(RetryPolicy {
+                        max_attempts: 3,
+                        retry_on: RetryOn::AnyFailure,
+                        delay: Duration::from_secs(60),
+                        ..RetryPolicy::default()
+                    }),
+            )
+            .reply_to(parent),
+        )
+        .unwrap();
     let polite_pid = pid_in(&dir.join("polite"));
     let stubborn_pid = pid_in(&dir.join("stubborn"));
     assert_eq!(shell::running_count(), 2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shell::waiting_to_retry() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the failed command never waited to retry"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let started = Instant::now();
     let mut killed = shell::kill_all_running(Duration::from_millis(500));
     let took = started.elapsed();
     killed.sort();
-    let mut expected = vec![polite, stubborn];
+    let mut expected = vec![polite, stubborn, retrying];
     expected.sort();
-    assert_eq!(killed, expected, "the activities whose commands it killed");
+    assert_eq!(
+        killed, expected,
+        "the activities whose commands it killed, and the one waiting to retry"
+    );
     assert!(
         took < Duration::from_secs(20),
         "kill_all_running took {took:?}"
@@ -131,24 +158,33 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
         );
     }
 
-    // Each reports its one attempt, killed: no retry after the stop.
+    // Each reports its one attempt, killed or failed: no retry after the
+    // stop, and no wait for one.
     let events = results
         .wait_timeout(Duration::from_secs(30))
-        .expect("both killed commands report");
+        .expect("the killed commands and the failed one report");
     let results: Vec<ShellResult> = events.into_iter().map(|e| e.take().unwrap()).collect();
     for result in &results {
         assert_eq!(result.attempts, 1, "{result:?}");
         let want = if result.activity == polite {
-            libc::SIGTERM
+            ShellOutcome::Signalled {
+                signal: libc::SIGTERM,
+            }
+        } else if result.activity == stubborn {
+            ShellOutcome::Signalled {
+                signal: libc::SIGKILL,
+            }
         } else {
-            libc::SIGKILL
+            ShellOutcome::Exited { code: 3 }
         };
-        assert_eq!(
-            result.outcome,
-            ShellOutcome::Signalled { signal: want },
-            "{result:?}"
-        );
+        assert_eq!(result.outcome, want, "{result:?}");
     }
+    assert_eq!(shell::waiting_to_retry(), 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("retrying")).unwrap(),
+        "failed\n",
+        "the failed command was retried after the stop"
+    );
     for name in ["polite", "stubborn"] {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         assert!(!text.contains("again"), "{name} ran on: {text}");

@@ -67,7 +67,7 @@ use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
 pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
-pub use running::{kill_all_running, running_count, stop_starting, stopped};
+pub use running::{kill_all_running, running_count, stop_starting, stopped, waiting_to_retry};
 pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
     MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
@@ -241,7 +241,9 @@ impl ShellActivity {
                 attempt - 1,
                 spec.retry.max_attempts
             );
-            std::thread::sleep(pause);
+            if !running::pause_before_retry(activity, pause) {
+                return last;
+            }
         }
     }
 

@@ -12,8 +12,8 @@
 //! leader is reaped: while registered, the group's id cannot belong to an
 //! unrelated process, so signalling it reaches only the command.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use constellation::ActivityId;
@@ -26,12 +26,19 @@ struct Running {
     stopped: bool,
     /// Process group (the leader's pid) to the activity that runs it.
     groups: BTreeMap<libc::pid_t, Option<ActivityId>>,
+    /// Activities whose attempt failed, waiting to retry: they report
+    /// that attempt as soon as the stop comes.
+    pausing: BTreeSet<ActivityId>,
 }
 
 static RUNNING: Mutex<Running> = Mutex::new(Running {
     stopped: false,
     groups: BTreeMap::new(),
+    pausing: BTreeSet::new(),
 });
+
+/// Wakes the activities waiting to retry when the stop comes.
+static STOPPED: Condvar = Condvar::new();
 
 fn running() -> MutexGuard<'static, Running> {
     // The data stays consistent whatever panicked while holding the lock:
@@ -60,6 +67,7 @@ const KILLED_PATIENCE: Duration = Duration::from_secs(5);
 /// a signal-handling thread may call it (not a signal handler itself).
 pub fn stop_starting() {
     running().stopped = true;
+    STOPPED.notify_all();
 }
 
 /// Whether [`stop_starting`] (or [`kill_all_running`]) was called.
@@ -79,19 +87,20 @@ pub fn stopped() -> bool {
 /// signal that ended it, as any command killed by a signal, unless the
 /// process is marked preempted ([`super::mark_preempted`]).
 pub fn kill_all_running(grace: Duration) -> Vec<ActivityId> {
-    let signalled: Vec<(libc::pid_t, Option<ActivityId>)> = {
+    let (signalled, pausing): (Vec<(libc::pid_t, Option<ActivityId>)>, Vec<ActivityId>) = {
         let mut running = running();
         running.stopped = true;
+        STOPPED.notify_all();
         let groups: Vec<_> = running.groups.iter().map(|(&g, &a)| (g, a)).collect();
         for &(group, _) in &groups {
             // SAFETY: kill has no memory effects; a registered group's
             // leader is unreaped, so its id is the command's alone.
             unsafe { libc::kill(-group, libc::SIGTERM) };
         }
-        groups
+        (groups, running.pausing.iter().copied().collect())
     };
     if signalled.is_empty() {
-        return Vec::new();
+        return pausing;
     }
     let groups: Vec<libc::pid_t> = signalled.iter().map(|&(g, _)| g).collect();
     if !wait_until_gone(&groups, Instant::now() + grace) {
@@ -110,7 +119,30 @@ pub fn kill_all_running(grace: Duration) -> Vec<ActivityId> {
             "commands killed with SIGKILL were not seen to end within {KILLED_PATIENCE:?}"
         );
     }
-    signalled.into_iter().filter_map(|(_, a)| a).collect()
+    (signalled.into_iter().filter_map(|(_, a)| a))
+        .chain(pausing)
+        .collect()
+}
+
+/// Waits `pause` before activity `activity` retries a failed attempt;
+/// `false`, at once, if this process stopped starting commands before or
+/// meanwhile: then it must not retry, and reports the failed attempt.
+pub(crate) fn pause_before_retry(activity: ActivityId, pause: Duration) -> bool {
+    let deadline = Instant::now() + pause;
+    let mut running = running();
+    running.pausing.insert(activity);
+    while !running.stopped {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        running = STOPPED
+            .wait_timeout(running, left)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+    running.pausing.remove(&activity);
+    !running.stopped
 }
 
 /// Waits until none of `groups` is registered any more; `false` if the
@@ -134,6 +166,11 @@ fn wait_until_gone(groups: &[libc::pid_t], deadline: Instant) -> bool {
 /// How many commands run now.
 pub fn running_count() -> usize {
     running().groups.len()
+}
+
+/// How many activities wait to retry a failed attempt now.
+pub fn waiting_to_retry() -> usize {
+    running().pausing.len()
 }
 
 /// Registers the just-started command whose process group is `group`.
