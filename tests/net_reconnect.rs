@@ -67,7 +67,6 @@ fn main() {
             continue;
         }
         ran += 1;
-        eprintln!("test {name} ...");
         let started = Instant::now();
         match std::panic::catch_unwind(scenario) {
             Ok(()) => eprintln!(

@@ -155,7 +155,6 @@ impl Bootstrap {
                 self.dials.insert(connection, address);
             }
             Err(error) => {
-                tracing::warn!(%address, %error, "cannot dial bootstrap address");
                 record_problem(problems, JoinProblem::from_dial_error(address, &error));
             }
         }
@@ -211,7 +210,12 @@ impl Driver {
                 ..
             } => {
                 if let Some(address) = self.bootstrap.dials.remove(&connection_id) {
-                    (self.shared.join_problems.lock()).retain(|p| p.address != address);
+                    let mut problems = self.shared.join_problems.lock();
+                    if let Some(at) = problems.iter().position(|p| p.address == address) {
+                        problems.remove(at);
+                        tracing::info!(%address, "reached a bootstrap node after failing to");
+                    }
+                    drop(problems);
                     let addrs = vec![without_peer(address).to_string()];
                     let peer = NetPeer {
                         id: peer_id.to_string(),
@@ -255,8 +259,7 @@ impl Driver {
                 ..
             } => match self.bootstrap.dials.remove(&connection_id) {
                 Some(address) => {
-                    let problem = JoinProblem::from_dial_error(address.clone(), &error);
-                    tracing::warn!(%address, %error, failure = ?problem.failure, "could not connect to a bootstrap node");
+                    let problem = JoinProblem::from_dial_error(address, &error);
                     record_problem(&self.shared.join_problems, problem);
                 }
                 None => tracing::debug!(?peer_id, %error, "could not connect"),
@@ -468,10 +471,22 @@ impl Driver {
     }
 }
 
-/// Keeps `problem` as the last one at its address.
+/// Keeps `problem` as the last one at its address, and logs it as a
+/// warning when it is new there: a node that redials every second while
+/// its pool node is away would otherwise log the same failure every second.
 fn record_problem(problems: &Mutex<Vec<JoinProblem>>, problem: JoinProblem) {
     let mut problems = problems.lock();
-    problems.retain(|known| known.address != problem.address);
+    let same = |known: &JoinProblem| known.address == problem.address;
+    let before = problems.iter().position(same).map(|at| problems.remove(at));
+    let address = &problem.address;
+    match before {
+        Some(before) if before.failure == problem.failure => {
+            tracing::debug!(%address, detail = %problem.detail, "could not connect to a bootstrap node, again");
+        }
+        _ => {
+            tracing::warn!(%address, detail = %problem.detail, "could not connect to a bootstrap node: {problem}");
+        }
+    }
     problems.push(problem);
 }
 
