@@ -1,7 +1,19 @@
 //! `constellation agent`: executors on this machine, joined to a pool.
 //!
+//! An agent has joined once it knows the pool node; it never says
+//! "joined" before. If it cannot within `--join-timeout` (30 s), it exits
+//! non-zero and says why: the pool node has another key, nothing listens
+//! at its address (a stale pool file), the address cannot be reached, or
+//! nothing answered.
+//!
 //! An agent serves until one of these, then leaves cleanly:
-//! - the pool node is gone (`pool start` stopped);
+//! - the pool node stopped (`pool start` got SIGINT or SIGTERM and said it
+//!   leaves): a deliberate stop, so the agent leaves at once;
+//! - the pool node died (killed, its host lost) and has not come back
+//!   within `--reconnect` (60 s): meanwhile the agent keeps running what it
+//!   runs and keeps dialling the pool's address, so a pool node restarted
+//!   with the same identity and address is rejoined without restarting
+//!   the agent. `--reconnect 0` leaves as soon as the pool node is gone;
 //! - `--idle-timeout`: it had nothing to do for that long;
 //! - `--walltime`: its allocation ends soon. It stops taking work when the
 //!   time left is less than the longest activity call it has run so far
@@ -16,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use constellation::net::{Node, NodeConfig};
+use constellation::net::{MasterState, Node, NodeConfig};
 use constellation::Pool;
 use executors::probe::Hardware;
 use gluein::poolfile;
@@ -30,6 +42,11 @@ Examples:
   constellation agent --pool constellation-pool.json
   constellation agent --pool constellation-pool.json -n 8 --context big --site vu --walltime 2h
   constellation agent --pool /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... --key-file ~/.constellation/pool.key
+  constellation agent --pool constellation-pool.json --join-timeout 2m --reconnect 10m
+
+An agent that cannot reach the pool node within --join-timeout exits with
+status 2 and says why. A pool node that stops is left at once; one that
+dies is waited for (--reconnect), and rejoined if it comes back.
 
 The executors get the probed labels (cpu, cores=N, mem=G, host:NAME,
 site:NAME, gpu...) after yours, and `anywhere` last.")]
@@ -52,20 +69,49 @@ pub struct AgentArgs {
     /// Leave after having nothing to do for this long (e.g. `10m`).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     idle_timeout: Option<Duration>,
-    /// Where to listen for other members (default: every interface with a
-    /// key, loopback without).
+    /// Where to listen for other members (default: loopback when the pool
+    /// is on loopback only, every interface otherwise).
     #[arg(long, value_name = "MULTIADDR")]
     listen: Option<String>,
+    /// How long to try to reach the pool node before giving up with the
+    /// reason (another key, nothing listening, unreachable, no answer).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    join_timeout: Duration,
+    /// How long the pool node may be gone (died, not stopped) before this
+    /// agent leaves: meanwhile it finishes what it runs and keeps trying the
+    /// pool's address, so a restarted pool node is rejoined. `0` leaves at
+    /// once. A pool node stopped on purpose is left at once whatever this
+    /// says.
+    #[arg(long, default_value = "60s", value_parser = duration_or_zero, value_name = "DURATION")]
+    reconnect: Duration,
 }
 
 /// How close to the walltime an agent stops taking work, beyond the
 /// longest call it has seen: time to finish up and say goodbye.
 const LEAVING_MARGIN: Duration = Duration::from_secs(2);
 
+/// A duration as `parse_duration` reads it, or zero (`0`, `0s`), which it
+/// refuses elsewhere: `--reconnect 0` means "leave at once".
+fn duration_or_zero(text: &str) -> Result<Duration, timefmt::DurationError> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    match parse_duration(text) {
+        Err(timefmt::DurationError::Zero(_)) => Ok(Duration::ZERO),
+        other => other,
+    }
+}
+
+/// How often the agent looks at its pool, its work and its signals.
+const TICK: Duration = Duration::from_millis(100);
+
 /// Why an agent stopped taking work.
 #[derive(Debug, PartialEq, Eq)]
 enum Leaving {
-    PoolGone,
+    /// The pool node said it leaves.
+    PoolStopped,
+    /// The pool node was gone, without a word, for this long.
+    PoolLost(Duration),
     Idle,
     Walltime,
     Signal,
@@ -106,9 +152,20 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         config,
         Pool::builder().executors_with(count, context.clone()),
     )?;
-    node.wait_for_members(1, Duration::from_secs(30))
-        .with_context(|| format!("could not reach the pool {} within 30 s", args.address.pool))?;
     signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
+    if !join(&node, args.join_timeout) {
+        if signals::stop_requested() {
+            eprintln!("agent stopped before it joined the pool");
+            node.leave();
+            return Ok(ExitCode::SUCCESS);
+        }
+        anyhow::bail!(
+            "could not join the pool {} within {} s: {}",
+            args.address.pool,
+            args.join_timeout.as_secs_f64(),
+            why_not_joined(&node)
+        );
+    }
     eprintln!(
         "agent {} joined with {count} executor(s) [{context}]{}",
         node.peer_id(),
@@ -119,7 +176,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let why = serve(&node, &args, started);
     eprintln!("agent leaving: {}", describe(&why));
     match why {
-        Leaving::PoolGone => {
+        Leaving::PoolStopped | Leaving::PoolLost(_) => {
             node.leave();
         }
         Leaving::Signal => {
@@ -141,15 +198,90 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Waits until the pool node is a member, at most `timeout`; `false` if
+/// it is not by then, or if a signal asked to stop first.
+fn join(node: &Node, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if node.master_known() {
+            return true;
+        }
+        if signals::stop_requested() || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Why `node` has not reached its pool node (for an agent, and for `run
+/// --pool`): the last failed dial that got furthest, or what it did reach.
+pub(super) fn why_not_joined(node: &Node) -> String {
+    if let Some(problem) = node.join_problem() {
+        return problem.to_string();
+    }
+    match node.members().len() {
+        0 => "no answer from the pool node in that time (a connection may still be under way: \
+              a firewall, a host that is down, or a pool node too busy to answer)"
+            .to_string(),
+        n => format!(
+            "it reached {n} other member(s) but not the pool node: the address is not the \
+             pool node's, or the pool node is gone"
+        ),
+    }
+}
+
+/// Watches the pool node after joining: a pool node that stopped is left
+/// at once, one that died is given `--reconnect` to come back.
+struct PoolWatch {
+    reconnect: Duration,
+    gone_since: Option<Instant>,
+}
+
+impl PoolWatch {
+    /// Why to leave now, if the pool node says so.
+    fn check(&mut self, node: &Node, pool: &str) -> Option<Leaving> {
+        match node.master_state() {
+            MasterState::Known => {
+                if let Some(since) = self.gone_since.take() {
+                    eprintln!(
+                        "agent: the pool node is back after {:.1} s",
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+                None
+            }
+            MasterState::Left => Some(Leaving::PoolStopped),
+            MasterState::Lost | MasterState::NotYetSeen => {
+                if self.reconnect.is_zero() {
+                    return Some(Leaving::PoolLost(Duration::ZERO));
+                }
+                let since = *self.gone_since.get_or_insert_with(|| {
+                    eprintln!(
+                        "agent: the pool node is gone; trying to reach {pool} again for up to {} s \
+                         (--reconnect), and finishing what runs here",
+                        self.reconnect.as_secs_f64()
+                    );
+                    Instant::now()
+                });
+                (since.elapsed() >= self.reconnect).then_some(Leaving::PoolLost(self.reconnect))
+            }
+        }
+    }
+}
+
 fn serve(node: &Node, args: &AgentArgs, started: Instant) -> Leaving {
     let mut idle_since = Instant::now();
+    let mut watch = PoolWatch {
+        reconnect: args.reconnect,
+        gone_since: None,
+    };
     loop {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(TICK);
         if signals::stop_requested() {
             return Leaving::Signal;
         }
-        if node.wait_for_master_gone(Some(Duration::ZERO)) {
-            return Leaving::PoolGone;
+        if let Some(why) = watch.check(node, &args.address.pool) {
+            return why;
         }
         let pool = node.pool();
         if pool.outstanding() > 0 {
@@ -166,11 +298,13 @@ fn serve(node: &Node, args: &AgentArgs, started: Instant) -> Leaving {
     }
 }
 
-fn describe(why: &Leaving) -> &'static str {
+fn describe(why: &Leaving) -> String {
     match why {
-        Leaving::PoolGone => "the pool node is gone",
-        Leaving::Idle => "nothing to do for the idle timeout",
-        Leaving::Walltime => "the walltime ends before another activity could finish",
-        Leaving::Signal => "asked to stop; work not finished here will run elsewhere",
+        Leaving::PoolStopped => "the pool node stopped".into(),
+        Leaving::PoolLost(gone) if gone.is_zero() => "the pool node is gone".into(),
+        Leaving::PoolLost(gone) => format!("pool node gone for {} s", gone.as_secs_f64()),
+        Leaving::Idle => "nothing to do for the idle timeout".into(),
+        Leaving::Walltime => "the walltime ends before another activity could finish".into(),
+        Leaving::Signal => "asked to stop; work not finished here will run elsewhere".into(),
     }
 }

@@ -61,7 +61,9 @@ pub(super) fn local_pool(executors: &[ExecutorContext]) -> anyhow::Result<Pool> 
 }
 
 /// Joins the pool `pool` with `executors` (perhaps none) plus one for the
-/// coordinator, and waits for `--wait-agents` agents.
+/// coordinator, and waits for the pool node, then for `--wait-agents`
+/// agents, all within `--wait-timeout`. A pool node that cannot be reached
+/// is an error that says why (another key, nothing listening, ...).
 pub(super) fn join_pool(
     pool: &str,
     args: &RunArgs,
@@ -79,6 +81,16 @@ pub(super) fn join_pool(
     };
     let node = Node::start(config, with_coordinator(executors))?;
     let deadline = Instant::now() + args.wait_timeout;
+    while !node.master_known() {
+        if Instant::now() >= deadline {
+            bail!(
+                "could not join the pool {pool} within {} s (--wait-timeout): {}",
+                args.wait_timeout.as_secs_f64(),
+                super::super::agent::why_not_joined(&node)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     loop {
         let agents = agents_of(&node).count();
         if agents >= args.wait_agents {

@@ -1,0 +1,303 @@
+//! Joining a pool, and losing it, as real processes on loopback: an agent
+//! that cannot reach its pool node exits within its join timeout and says
+//! why (another key, nothing listening, a stale pool file); one whose pool
+//! node died waits for it and rejoins when it is started again; one whose
+//! pool node was stopped leaves at once.
+
+mod common;
+
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use common::{log, run_on_pool, scratch, sleepers, spawn, text, wait_exit, Guard};
+
+/// Far more than a join timeout of 5 s needs, for a loaded machine.
+const EXIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long a log line may take to appear.
+const LOG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Starts a loopback pool in `dir` with the key `dir/pool.key` (made if
+/// missing) and the pool file `dir/pool.json`, logging to `dir/LOG`, and
+/// waits until the pool file is this process's (a killed pool's stale
+/// file does not count).
+fn start_pool(dir: &Path, log_name: &str) -> Guard {
+    let args = [
+        "pool",
+        "start",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--pool-file",
+        "pool.json",
+        "--key-file",
+        "pool.key",
+    ];
+    let mut guard = spawn(dir, &args, log_name);
+    let pid = guard.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool_file_pid(&dir.join("pool.json")) != Some(pid) {
+        if let Some(status) = guard.0.try_wait().expect("try_wait") {
+            panic!(
+                "the pool ended ({status}) before writing its pool file: {}",
+                log(dir, log_name)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pool file after 30 s: {}",
+            log(dir, log_name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard
+}
+
+/// The pool node's process id in the pool file at `path`, if it can be
+/// read.
+fn pool_file_pid(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json["pid"].as_u64()?.try_into().ok()
+}
+
+/// Starts `constellation agent` with one executor and `args`, logging to
+/// `dir/LOG`.
+fn spawn_agent(dir: &Path, args: &[&str], log_name: &str) -> Guard {
+    let base = ["agent", "-n", "1", "--context", "worker"];
+    spawn(dir, &[&base[..], args].concat(), log_name)
+}
+
+/// Waits for the process of `guard` to exit, at most [`EXIT_LIMIT`].
+fn exited(guard: &mut Guard, dir: &Path, log_name: &str) -> ExitStatus {
+    wait_exit(guard, EXIT_LIMIT).unwrap_or_else(|| {
+        panic!(
+            "the process did not exit within {EXIT_LIMIT:?}: {}",
+            log(dir, log_name)
+        )
+    })
+}
+
+/// Waits until `dir/LOG` contains `wanted`, at most [`LOG_LIMIT`].
+fn wait_for_log(dir: &Path, log_name: &str, wanted: &str) {
+    let deadline = Instant::now() + LOG_LIMIT;
+    while !log(dir, log_name).contains(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "{log_name} never said {wanted:?} within {LOG_LIMIT:?}: {}",
+            log(dir, log_name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Asserts that the agent failed to join and said `because`.
+fn assert_not_joined(status: ExitStatus, dir: &Path, log_name: &str, because: &[&str]) {
+    let said = log(dir, log_name);
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(said.contains("could not join the pool"), "{said}");
+    assert!(!said.contains("joined with"), "never 'joined': {said}");
+    for words in because {
+        assert!(said.contains(words), "should say {words:?}: {said}");
+    }
+}
+
+#[test]
+fn an_agent_with_another_pools_key_exits_and_names_the_key() {
+    let dir = scratch("joins-wrong-key");
+    let _pool = start_pool(&dir, "pool.log");
+    constellation::net::key::write_new_file(&dir.join("other.key")).expect("a second key");
+    let mut agent = spawn_agent(
+        &dir,
+        &[
+            "--pool",
+            "pool.json",
+            "--key-file",
+            "other.key",
+            "--join-timeout",
+            "5s",
+        ],
+        "agent.log",
+    );
+    let status = exited(&mut agent, &dir, "agent.log");
+    assert_not_joined(
+        status,
+        &dir,
+        "agent.log",
+        &["within 5 s", "different pool key"],
+    );
+}
+
+#[test]
+fn an_agent_given_an_address_where_nothing_listens_says_so() {
+    let dir = scratch("joins-dead-address");
+    constellation::net::key::write_new_file(&dir.join("pool.key")).expect("a key");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let peer = constellation::net::Keypair::generate_ed25519()
+        .public()
+        .to_peer_id();
+    let address = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{peer}");
+    let mut agent = spawn_agent(
+        &dir,
+        &[
+            "--pool",
+            &address,
+            "--key-file",
+            "pool.key",
+            "--join-timeout",
+            "5s",
+        ],
+        "agent.log",
+    );
+    let status = exited(&mut agent, &dir, "agent.log");
+    assert_not_joined(status, &dir, "agent.log", &["connection refused"]);
+}
+
+#[test]
+fn an_agent_given_the_pool_file_of_a_killed_pool_says_it_is_stale() {
+    let dir = scratch("joins-stale-file");
+    let mut pool = start_pool(&dir, "pool.log");
+    pool.0.kill().expect("kill -9 the pool node");
+    pool.0.wait().expect("reap the pool node");
+    assert!(
+        dir.join("pool.json").exists(),
+        "a killed pool leaves its file"
+    );
+    let mut agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--join-timeout", "5s"],
+        "agent.log",
+    );
+    let status = exited(&mut agent, &dir, "agent.log");
+    assert_not_joined(status, &dir, "agent.log", &["connection refused", "stale"]);
+}
+
+#[test]
+fn an_agent_leaves_at_once_when_the_pool_node_is_stopped() {
+    let dir = scratch("joins-pool-stopped");
+    let pool = start_pool(&dir, "pool.log");
+    // A long reconnect window: leaving well within it shows that a stop is
+    // not taken for a death.
+    let mut agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--reconnect", "10m"],
+        "agent.log",
+    );
+    wait_for_log(&dir, "agent.log", "joined with");
+    unsafe { libc::kill(pool.0.id() as i32, libc::SIGTERM) };
+    let status = exited(&mut agent, &dir, "agent.log");
+    let said = log(&dir, "agent.log");
+    assert!(status.success(), "{said}");
+    assert!(
+        said.contains("agent leaving: the pool node stopped"),
+        "{said}"
+    );
+    drop(pool);
+}
+
+#[test]
+fn an_agent_gives_a_dead_pool_node_its_reconnect_time_then_leaves() {
+    let dir = scratch("joins-pool-lost");
+    let mut pool = start_pool(&dir, "pool.log");
+    let mut agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--reconnect", "3s"],
+        "agent.log",
+    );
+    wait_for_log(&dir, "agent.log", "joined with");
+    pool.0.kill().expect("kill -9 the pool node");
+    let status = exited(&mut agent, &dir, "agent.log");
+    let said = log(&dir, "agent.log");
+    assert!(status.success(), "{said}");
+    assert!(said.contains("the pool node is gone; trying"), "{said}");
+    assert!(
+        said.contains("agent leaving: pool node gone for 3 s"),
+        "{said}"
+    );
+}
+
+#[test]
+fn an_agent_rejoins_a_pool_node_killed_and_started_again() {
+    let dir = scratch("joins-pool-restarted");
+    let mut pool = start_pool(&dir, "pool.log");
+    let _agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--reconnect", "10m"],
+        "agent.log",
+    );
+    wait_for_log(&dir, "agent.log", "joined with");
+    pool.0.kill().expect("kill -9 the pool node");
+    pool.0.wait().expect("reap the pool node");
+    wait_for_log(&dir, "agent.log", "the pool node is gone; trying");
+
+    // The same state directory: the same identity and port.
+    let _pool = start_pool(&dir, "pool-again.log");
+    wait_for_log(&dir, "agent.log", "the pool node is back");
+    // The restarted pool node knows the agent: work submitted to it runs.
+    let graph = sleepers(&dir, 2, 0.0);
+    let ran = run_on_pool(&dir, &graph, 1, &["--wait-timeout", "60s"]);
+    assert!(
+        ran.status.success(),
+        "{}\nagent: {}",
+        text(&ran),
+        log(&dir, "agent.log")
+    );
+    assert_eq!(common::marks_done(&dir), 2, "both activities ran");
+}
+
+#[test]
+fn an_agent_told_not_to_wait_leaves_as_soon_as_the_pool_node_dies() {
+    let dir = scratch("joins-no-reconnect");
+    let mut pool = start_pool(&dir, "pool.log");
+    let mut agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--reconnect", "0"],
+        "agent.log",
+    );
+    wait_for_log(&dir, "agent.log", "joined with");
+    pool.0.kill().expect("kill -9 the pool node");
+    let status = exited(&mut agent, &dir, "agent.log");
+    let said = log(&dir, "agent.log");
+    assert!(status.success(), "{said}");
+    assert!(
+        said.contains("agent leaving: the pool node is gone"),
+        "{said}"
+    );
+    assert!(!said.contains("trying"), "no reconnect window: {said}");
+}
+
+#[test]
+fn a_run_with_another_pools_key_fails_and_names_the_key() {
+    let dir = scratch("joins-run-wrong-key");
+    let _pool = start_pool(&dir, "pool.log");
+    constellation::net::key::write_new_file(&dir.join("other.key")).expect("a second key");
+    let graph = sleepers(&dir, 1, 0.0);
+    let mut runner = spawn(
+        &dir,
+        &[
+            "run",
+            graph.to_str().expect("UTF-8 path"),
+            "--pool",
+            "pool.json",
+            "--key-file",
+            "other.key",
+            "--wait-timeout",
+            "5s",
+            "--progress",
+            "none",
+        ],
+        "run.log",
+    );
+    let status = exited(&mut runner, &dir, "run.log");
+    let said = log(&dir, "run.log");
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("could not join the pool pool.json within 5 s")
+            && said.contains("different pool key"),
+        "{said}"
+    );
+    assert_eq!(common::marks_done(&dir), 0, "nothing ran: {said}");
+}
