@@ -75,7 +75,7 @@ fn runs_started_at_the_same_instant_get_a_directory_and_journal_each() {
             "{journal:?} not in {run_dirs:?}"
         );
         // Each journal holds its own run, and only that one.
-        let db = journal::Journal::open(&dir.join(journal)).expect("journal opens");
+        let db = journal::Journal::open_read_only(&dir.join(journal)).expect("journal opens");
         assert_eq!(db.runs().expect("runs").len(), 1, "{journal:?}");
     }
     // The names: `g-<UTC time>` and, for later runs in a second, `-2`, `-3`.
