@@ -84,9 +84,6 @@ pub struct LatestRunDir {
 /// missing or broken. Runs that start at once each make their directory
 /// and move the link while they hold a lock on `parent` (`flock`, released
 /// when the process ends), so the link names the directory made last.
-// std's `File::lock` is stable since Rust 1.89, past the workspace's
-// declared rust-version of 1.87, which should move to 1.89.
-#[allow(clippy::incompatible_msrv)]
 pub fn create_latest_run_dir(parent: &Path, prefix: &str) -> Result<LatestRunDir, RunDirError> {
     fs::create_dir_all(parent).map_err(|source| RunDirError::Create {
         path: parent.to_path_buf(),

@@ -28,11 +28,14 @@ fn constellation(dir: &Path, args: &[&str]) -> Output {
     output
 }
 
-/// The one run directory under `dir/constellation-runs`.
+/// The one run directory under `dir/constellation-runs` (not the
+/// `latest` link to it).
 fn run_dir(dir: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(dir.join("constellation-runs"))
         .unwrap()
-        .map(|e| e.unwrap().path())
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.path())
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     runs[0].clone()
@@ -219,7 +222,7 @@ script = "echo broken input >&2; exit 4"
     };
     assert_eq!(error_output(&[]), b"broken input\n");
     assert_eq!(error_output(&["--run", "1"]), b"broken input\n");
-    let attempts = Journal::open(&journal)
+    let attempts = Journal::open_read_only(&journal)
         .unwrap()
         .attempts_of("fails-loudly")
         .unwrap();
@@ -255,7 +258,10 @@ script = "echo broken input >&2; exit 4"
     // A stream file cut short in the middle of its last record, as by a
     // runner killed mid-write: the attempts before it read whole, the cut
     // one says why it cannot.
-    let attempts = Journal::open(&journal).unwrap().attempts(Some(1)).unwrap();
+    let attempts = Journal::open_read_only(&journal)
+        .unwrap()
+        .attempts(Some(1))
+        .unwrap();
     let streamed: Vec<_> = attempts.iter().filter(|a| a.stream.is_some()).collect();
     let file = streamed[0].stream.as_ref().unwrap().file.clone();
     let in_file = |a: &&&journal::AttemptRow| a.stream.as_ref().unwrap().file == file;

@@ -60,7 +60,7 @@ fn text(output: &Output) -> String {
 }
 
 fn states(journal: &Path) -> Vec<(String, ActivityState)> {
-    Journal::open(journal)
+    Journal::open_read_only(journal)
         .unwrap()
         .activities()
         .unwrap()
@@ -104,7 +104,7 @@ after = ["b-*"]
         states.iter().all(|(_, s)| *s == ActivityState::Done),
         "{states:?}"
     );
-    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let journal = Journal::open_read_only(&dir.join("j.db")).unwrap();
     let attempts = journal.attempts(Some(1)).unwrap();
     let at = |id: &str| attempts.iter().find(|a| a.activity == id).unwrap().clone();
     assert!(at("b-1").started >= at("a").ended && at("b-2").started >= at("a").ended);
@@ -148,7 +148,7 @@ after = ["part-*"]
         std::fs::read_to_string(dir.join("joined")).unwrap(),
         "1000 500500\n"
     );
-    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let journal = Journal::open_read_only(&dir.join("j.db")).unwrap();
     let attempts = journal.attempts(None).unwrap();
     assert_eq!(attempts.len(), 1001, "each activity ran exactly once");
     let join = attempts.iter().find(|a| a.activity == "join").unwrap();
@@ -206,7 +206,7 @@ script = "touch independent-ran"
     assert!(said.contains("3 cancelled because of a failure"), "{said}");
     assert!(!dir.join("should-not-exist").exists());
     assert!(dir.join("independent-ran").exists());
-    let journal = Journal::open(&dir.join("j.db")).unwrap();
+    let journal = Journal::open_read_only(&dir.join("j.db")).unwrap();
     let flaky: Vec<_> = (journal.attempts(None).unwrap().into_iter())
         .filter(|a| a.activity == "flaky")
         .collect();
@@ -237,7 +237,7 @@ context = "cpu"
     )
     .unwrap();
     let labels = |journal: &str| -> BTreeSet<String> {
-        Journal::open(&dir.join(journal))
+        Journal::open_read_only(&dir.join(journal))
             .unwrap()
             .attempts(None)
             .unwrap()
@@ -460,7 +460,7 @@ fn a_killed_run_resumes_without_redoing_finished_work() {
     // Kill once a good part, not all, is journaled as done.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let done = Journal::open(&dir.join("run.db"))
+        let done = Journal::open_read_only(&dir.join("run.db"))
             .and_then(|j| j.done())
             .map_or(0, |d| d.len());
         if done >= 12 {
@@ -478,7 +478,7 @@ fn a_killed_run_resumes_without_redoing_finished_work() {
     // Let commands the runner left behind finish their line in the log.
     std::thread::sleep(Duration::from_millis(300));
 
-    let journal = Journal::open(&dir.join("run.db")).unwrap();
+    let journal = Journal::open_read_only(&dir.join("run.db")).unwrap();
     let done_before: BTreeSet<String> = journal.done().unwrap().into_keys().collect();
     assert!(
         done_before.len() >= 12 && done_before.len() < all.len(),
@@ -514,7 +514,7 @@ fn a_killed_run_resumes_without_redoing_finished_work() {
         .map(|s| s.to_string())
         .collect();
     assert_eq!(ran, all, "every activity ran");
-    let journal = Journal::open(&dir.join("run.db")).unwrap();
+    let journal = Journal::open_read_only(&dir.join("run.db")).unwrap();
     assert_eq!(journal.done().unwrap().len(), all.len());
     let runs = journal.runs().unwrap();
     assert_eq!(runs.len(), 2);

@@ -13,11 +13,6 @@
 //! The file also says who holds it (pid, host, start), for the message a
 //! refused runner prints and for `constellation runs`.
 
-// std's file locks (`File::try_lock` and kin) are stable since Rust 1.89,
-// past the workspace's declared rust-version of 1.87; that declaration
-// should move to 1.89 (the toolchain in use is newer still).
-#![allow(clippy::incompatible_msrv)]
-
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

@@ -163,7 +163,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
             "could not join the pool {} within {} s: {}",
             args.address.pool,
             args.join_timeout.as_secs_f64(),
-            why_not_joined(&node)
+            super::why_not_joined(&node)
         );
     }
     eprintln!(
@@ -210,23 +210,6 @@ fn join(node: &Node, timeout: Duration) -> bool {
             return false;
         }
         std::thread::sleep(TICK);
-    }
-}
-
-/// Why `node` has not reached its pool node (for an agent, and for `run
-/// --pool`): the last failed dial that got furthest, or what it did reach.
-pub(super) fn why_not_joined(node: &Node) -> String {
-    if let Some(problem) = node.join_problem() {
-        return problem.to_string();
-    }
-    match node.members().len() {
-        0 => "no answer from the pool node in that time (a connection may still be under way: \
-              a firewall, a host that is down, or a pool node too busy to answer)"
-            .to_string(),
-        n => format!(
-            "it reached {n} other member(s) but not the pool node: the address is not the \
-             pool node's, or the pool node is gone"
-        ),
     }
 }
 

@@ -69,12 +69,19 @@ fn observe(
     };
     let observer = constellation::ExecutorContext::new([Context::new(OBSERVER_LABEL)]);
     let node = Node::start(config, constellation::Pool::builder().executor(observer))?;
-    node.wait_for_members(2, timeout).with_context(|| {
-        format!(
-            "could not reach the pool {pool} within {} s",
-            timeout.as_secs()
-        )
-    })?;
+    // The pool node itself, not just anyone: a stale pool file can lead
+    // to some other node, and that is no pool to ask about.
+    let deadline = Instant::now() + timeout;
+    while !node.master_known() {
+        if Instant::now() >= deadline {
+            anyhow::bail!(
+                "could not reach the pool {pool} within {} s: {}",
+                timeout.as_secs(),
+                why_not_joined(&node)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The pool node's welcome names every member it knows, and they come
     // in one by one: wait until the count holds still for a moment.
     let settle = Duration::from_millis(300);
@@ -90,6 +97,22 @@ fn observe(
         }
     }
     Ok(node)
+}
+
+/// Why `node` has not reached its pool node (for an agent, `run --pool`, `status` and `relabel`): the last failed dial that got furthest, or what it did reach.
+pub(crate) fn why_not_joined(node: &constellation::net::Node) -> String {
+    if let Some(problem) = node.join_problem() {
+        return problem.to_string();
+    }
+    match node.members().len() {
+        0 => "no answer from the pool node in that time (a connection may still be under way: \
+              a firewall, a host that is down, or a pool node too busy to answer)"
+            .to_string(),
+        n => format!(
+            "it reached {n} other member(s) but not the pool node: the address is not the \
+             pool node's, or the pool node is gone"
+        ),
+    }
 }
 
 /// Whether `member` is an observer (a `status` or `relabel` command), known

@@ -37,7 +37,7 @@ pub(crate) async fn build(
     keypair: identity::Keypair,
 ) -> Result<(Swarm, Vec<Multiaddr>), NodeError> {
     let psk = config.key.as_ref().map(|key| key.psk());
-    let transport_error = |error: &dyn std::fmt::Display| NodeError::Transport(error.to_string());
+    let transport_error = |error: &dyn std::error::Error| NodeError::Transport(with_causes(error));
     let transport =
         crate::net::transport::build_transport(&keypair, psk).map_err(|e| transport_error(&e))?;
     let codec = FrameCodec::new(config.max_frame);
@@ -159,6 +159,28 @@ impl Bootstrap {
             }
         }
     }
+}
+
+/// An error and its causes on one line: libp2p's listen and transport
+/// errors often say nothing themselves ("" for a port in use) and keep
+/// the operating system's reason as their source.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    if text.is_empty() {
+        text = format!("{error:?}");
+    }
+    text
 }
 
 /// Peer ids as libp2p keeps them and as the node protocol names them

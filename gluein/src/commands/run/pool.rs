@@ -86,7 +86,7 @@ pub(super) fn join_pool(
             bail!(
                 "could not join the pool {pool} within {} s (--wait-timeout): {}",
                 args.wait_timeout.as_secs_f64(),
-                super::super::agent::why_not_joined(&node)
+                super::super::why_not_joined(&node)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
