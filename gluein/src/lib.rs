@@ -12,5 +12,6 @@ pub mod glidein;
 pub mod poolfile;
 pub mod report;
 pub mod run_dir;
+pub mod service;
 pub mod signals;
 pub mod table;
