@@ -398,6 +398,7 @@ mod tests {
                 executors: Some(vec![0, 2]),
                 context: ExecutorContext::new([Context::new("GPU")]),
             }),
+            Request::App(br#"{"request":"jobs","all":true}"#.to_vec()),
         ]
     }
 
@@ -439,6 +440,7 @@ mod tests {
             Response::Reply(Vec::new()),
             Response::Refused("not a member".to_string()),
             Response::Status(Box::new(status)),
+            Response::App(vec![0, 1, 2, 255]),
         ]
     }
 

@@ -27,6 +27,12 @@ pub enum Request {
     /// Gives the receiver's executors a new context while they run.
     /// Answered with [`Response::Ack`], or [`Response::Refused`] saying why.
     Relabel(RelabelRequest),
+    /// A question for the application on the receiving node (the job
+    /// service on a pool node, the kill requests an agent takes): opaque
+    /// bytes for its [`AppHandler`](crate::net::AppHandler). Answered with
+    /// [`Response::App`], or [`Response::Refused`] saying why (no handler,
+    /// or the handler's own refusal).
+    App(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Never sent: what the codec hands the driver in place of a frame it
     /// refused (malformed, or over the size limit), so the driver can count
     /// it and cut the peer off. libp2p would only log a read error.
@@ -49,6 +55,8 @@ pub enum Response {
     Refused(String),
     /// The answer to [`Request::Status`].
     Status(Box<MemberStatus>),
+    /// The application's answer to [`Request::App`].
+    App(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// A node protocol message as it crosses the network: peers are libp2p

@@ -110,8 +110,24 @@ pub use libp2p::identity::Keypair;
 pub use libp2p::Multiaddr;
 pub use message::{MemberStatus, NetPeer, RelabelRequest};
 
-/// How a node joins and behaves in a pool.
+/// An app request as it reaches this node's [`AppHandler`].
 #[derive(Debug, Clone)]
+pub struct AppRequest {
+    /// The peer that asked. Only peers with the pool key get this far.
+    pub from: PeerId,
+    /// What it asked, in the application's own encoding.
+    pub body: Vec<u8>,
+}
+
+/// What a node's application answers to app requests: the answer's bytes,
+/// or why it refuses. It runs on a thread of tokio's blocking pool, not on
+/// the driver's, so it may take a while (a database, a process to start)
+/// without holding up the protocol; requests may arrive at once from
+/// several peers, so it must be `Sync`.
+pub type AppHandler = Arc<dyn Fn(AppRequest) -> Result<Vec<u8>, String> + Send + Sync>;
+
+/// How a node joins and behaves in a pool.
+#[derive(Clone)]
 pub struct NodeConfig {
     /// Where to listen. The default is loopback with a port the OS picks.
     pub listen: Multiaddr,
@@ -154,12 +170,45 @@ pub struct NodeConfig {
     pub role: String,
     /// The host this node runs on, for `constellation status`.
     pub host: String,
+    /// Answers the app requests ([`Node::ask_app`]) that reach this node;
+    /// without one, they are refused.
+    pub app_handler: Option<AppHandler>,
     /// The node's libp2p identity; `None` makes a new one. A pool node
     /// that keeps its identity (and address) across a restart is dialled
     /// again by the members that knew it, and they recognise its peer id.
     pub identity: Option<Keypair>,
     /// When this node must be gone (an agent's walltime), if it must.
     pub deadline: Option<Instant>,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key and identity are secrets, and the handler is code.
+        f.debug_struct("NodeConfig")
+            .field("listen", &self.listen)
+            .field("bootstrap", &self.bootstrap)
+            .field("key", &self.key.as_ref().map(|key| key.fingerprint()))
+            .field("site", &self.site)
+            .field("strategy", &self.strategy)
+            .field("master", &self.master)
+            .field("steal_pool", &self.steal_pool)
+            .field("steal_from", &self.steal_from)
+            .field("max_steal", &self.max_steal)
+            .field("wide_steal", &self.wide_steal)
+            .field("failure_timeout", &self.failure_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("max_frame", &self.max_frame)
+            .field("early_event_wait", &self.early_event_wait)
+            .field("role", &self.role)
+            .field("host", &self.host)
+            .field("app_handler", &self.app_handler.is_some())
+            .field(
+                "identity",
+                &self.identity.as_ref().map(|k| k.public().to_peer_id()),
+            )
+            .field("deadline", &self.deadline)
+            .finish()
+    }
 }
 
 impl Default for NodeConfig {
@@ -182,6 +231,7 @@ impl Default for NodeConfig {
             role: "node".to_string(),
             host: String::new(),
             identity: None,
+            app_handler: None,
             deadline: None,
         }
     }
@@ -483,6 +533,30 @@ impl Node {
             Response::Status(status) => Ok(*status),
             other => Err(unexpected(node, &other)),
         }
+    }
+
+    /// Asks the application on member `node` (its [`AppHandler`]) and
+    /// returns its answer. Fails with [`NodeError::Refused`] if it has no
+    /// handler or the handler refuses, and with [`NodeError::NoAnswer`] if
+    /// no answer comes within `timeout`.
+    pub fn ask_app(
+        &self,
+        node: NodeId,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, NodeError> {
+        match self.ask(node, Request::App(body), timeout)? {
+            Response::App(answer) => Ok(answer),
+            Response::Refused(reason) => Err(NodeError::Refused { node, reason }),
+            other => Err(unexpected(node, &other)),
+        }
+    }
+
+    /// The pool node (the master) as a member, if this node knows it now.
+    pub fn master(&self) -> Option<MemberView> {
+        (self.shared.members.lock().iter())
+            .find(|member| member.master)
+            .cloned()
     }
 
     /// Gives executors of this node (all if `executors` is `None`) a new

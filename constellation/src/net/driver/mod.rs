@@ -67,6 +67,12 @@ pub(crate) enum Command {
     Status {
         reply: std::sync::mpsc::Sender<MemberStatus>,
     },
+    /// The application answered an app request (on a blocking thread);
+    /// the answer goes back on the request's stream.
+    AppAnswered {
+        channel: libp2p::request_response::ResponseChannel<Response>,
+        answer: Result<Vec<u8>, String>,
+    },
 }
 
 /// The pool's [`Uplink`]: a channel into the driver.
@@ -117,6 +123,7 @@ pub(crate) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
     let thread = {
         let pool = pool.clone();
         let shared = shared.clone();
+        let to_itself = commands.clone();
         std::thread::Builder::new()
             .name("constellation-net".into())
             .spawn(move || {
@@ -132,7 +139,9 @@ pub(crate) fn start(config: NodeConfig, builder: PoolBuilder) -> Result<Node, No
                 };
                 runtime.block_on(async move {
                     let driver =
-                        match Driver::new(config, keypair, pool, shared, idle_pending).await {
+                        match Driver::new(config, keypair, pool, shared, idle_pending, to_itself)
+                            .await
+                        {
                             Ok(driver) => driver,
                             Err(error) => {
                                 let _ = ready_tx.send(Err(error));
@@ -194,6 +203,9 @@ pub(crate) struct Driver {
     /// means the pool node was stopped on purpose.
     masters: HashSet<NodeId>,
     peers: swarm::PeerIds,
+    /// The driver's own inbox, for answers that app handlers give on other
+    /// threads ([`Command::AppAnswered`]).
+    to_itself: mpsc::UnboundedSender<Command>,
     /// Events from this node's executors that could not be encoded for
     /// the wire; counted with the undeliverable ones.
     unencodable: u64,
@@ -208,6 +220,7 @@ impl Driver {
         pool: Arc<Pool>,
         shared: Arc<Shared>,
         idle_pending: Arc<AtomicBool>,
+        to_itself: mpsc::UnboundedSender<Command>,
     ) -> Result<Driver, NodeError> {
         let (mut swarm, addrs) = swarm::build(&config, keypair).await?;
         let me = NetPeer {
@@ -244,6 +257,7 @@ impl Driver {
             bootstrap,
             masters: HashSet::new(),
             peers: swarm::PeerIds::default(),
+            to_itself,
             unencodable: 0,
             started: now,
             last_report: now,
@@ -321,6 +335,13 @@ impl Driver {
                 request,
                 reply,
             } => self.ask(node, request, reply),
+            Command::AppAnswered { channel, answer } => {
+                let response = match answer {
+                    Ok(bytes) => Response::App(bytes),
+                    Err(reason) => Response::Refused(reason),
+                };
+                self.respond(channel, response);
+            }
             Command::Relabel { request, reply } => {
                 let _ = reply.send(self.relabel(request));
             }

@@ -415,6 +415,7 @@ impl Driver {
                 let status = self.status();
                 self.respond(channel, Response::Status(Box::new(status)));
             }
+            Request::App(body) => self.answer_app(peer, body, channel),
             Request::Relabel(request) => {
                 tracing::info!(from = %peer, context = %request.context, "relabelling on request");
                 let response = match self.relabel(request) {
@@ -424,6 +425,29 @@ impl Driver {
                 self.respond(channel, response);
             }
         }
+    }
+
+    /// Hands an app request to the application's handler on a blocking
+    /// thread; its answer comes back through the driver's inbox. Without a
+    /// handler, or if the thread cannot be had, it is refused at once.
+    fn answer_app(&mut self, from: PeerId, body: Vec<u8>, channel: ResponseChannel<Response>) {
+        let Some(handler) = self.config.app_handler.clone() else {
+            let reason = format!("this {} takes no app requests", self.config.role);
+            self.respond(channel, Response::Refused(reason));
+            return;
+        };
+        let inbox = self.to_itself.clone();
+        tokio::task::spawn_blocking(move || {
+            // A panicking handler must not leave the asker waiting for
+            // its timeout: it gets the panic as a refusal.
+            let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler(crate::net::AppRequest { from, body })
+            }))
+            .unwrap_or_else(|_| Err("the request's handler failed (a bug; see its log)".into()));
+            // A closed inbox: the node is stopping, and the asker hears
+            // that its stream closed.
+            let _ = inbox.send(super::Command::AppAnswered { channel, answer });
+        });
     }
 
     /// Hands a protocol message from `peer` to the node, unless it names
@@ -444,7 +468,7 @@ impl Driver {
         true
     }
 
-    fn respond(&mut self, channel: ResponseChannel<Response>, response: Response) {
+    pub(super) fn respond(&mut self, channel: ResponseChannel<Response>, response: Response) {
         if self
             .swarm
             .behaviour_mut()
