@@ -1,0 +1,510 @@
+//! The job journal: `jobs.db` in the pool's state directory, one SQLite
+//! table of the jobs submitted to the pool, so that a pool node killed and
+//! started again on the same state directory knows every job and where it
+//! stood.
+//!
+//! It is of the same family as run journals: WAL, a schema version in a
+//! `meta` table, a comment on every column ([`SCHEMA`]), readable with
+//! `sqlite3`. Every write is a statement of its own, so a pool node killed
+//! at any moment leaves it consistent.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context as _};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::service::{JobCounts, JobState, JobSubmission};
+
+/// The SQL that creates the job journal, with a comment on every column.
+pub const SCHEMA: &str = "
+-- What this file is: key = 'schema_version', value = the version.
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,  -- the setting's name
+    value TEXT NOT NULL      -- its value
+);
+
+-- One row per job submitted to the pool.
+CREATE TABLE jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT, -- the job's id: 1, 2, 3 ..., never reused
+    name             TEXT NOT NULL,    -- what `jobs` lists it as (the graph file's stem by default)
+    state            TEXT NOT NULL,    -- queued | running | succeeded | failed | cancelled
+    priority         INTEGER NOT NULL, -- higher starts first among queued jobs
+    graph            TEXT NOT NULL,    -- the graph file, absolute
+    cwd              TEXT NOT NULL,    -- the runner's working directory: where the submitter was
+    relabel          TEXT NOT NULL,    -- the --relabel FROM=TO rules, a JSON list of strings
+    context_file     TEXT,             -- the --context-file, absolute, if any
+    wait_for_labels  INTEGER NOT NULL, -- 1: work no agent offers yet waits for one (run --wait-for-labels)
+    submitter        TEXT NOT NULL,    -- user@host of whoever submitted it
+    submitted        REAL NOT NULL,    -- Unix seconds
+    started          REAL,             -- when its runner first started, Unix seconds
+    ended            REAL,             -- when it reached a final state, Unix seconds
+    journal          TEXT NOT NULL,    -- its run journal: STATE/jobs/ID/journal.db
+    runner_pid       INTEGER,          -- the process id of its latest runner, on this machine
+    message          TEXT,             -- why it failed or was cancelled, in words
+    activities       INTEGER NOT NULL, -- activities in the graph when it was submitted
+    cancel_requested INTEGER NOT NULL DEFAULT 0, -- 1 once `cancel` asked for it: its runner is stopping
+    final_counts     TEXT              -- its activities by state when it ended, JSON (a JobCounts)
+);
+";
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The job journal's file name in the state directory.
+pub const JOBS_DB: &str = "jobs.db";
+
+/// One job as the job journal has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// Where it stands.
+    pub state: JobState,
+    /// Higher starts first.
+    pub priority: i32,
+    /// The graph file, absolute.
+    pub graph: PathBuf,
+    /// The runner's working directory.
+    pub cwd: PathBuf,
+    /// `--relabel` rules.
+    pub relabel: Vec<String>,
+    /// `--context-file`.
+    pub context_file: Option<PathBuf>,
+    /// Queue work no agent offers yet.
+    pub wait_for_labels: bool,
+    /// `user@host`.
+    pub submitter: String,
+    /// Unix seconds.
+    pub submitted: f64,
+    /// When its runner first started.
+    pub started: Option<f64>,
+    /// When it ended.
+    pub ended: Option<f64>,
+    /// Its run journal.
+    pub journal: PathBuf,
+    /// Its latest runner's process id.
+    pub runner_pid: Option<u32>,
+    /// Why it failed or was cancelled.
+    pub message: Option<String>,
+    /// Activities in the graph at submission.
+    pub activities: u64,
+    /// Whether `cancel` asked for it while it ran.
+    pub cancel_requested: bool,
+    /// Its activities by state when it ended.
+    pub final_counts: Option<JobCounts>,
+}
+
+/// The job journal, open to read and write. The pool node is its only
+/// writer (the pool file's lock keeps to one pool node per state
+/// directory's pool).
+pub struct JobStore {
+    conn: Connection,
+    path: PathBuf,
+    /// Where each job's own directory goes: `STATE/jobs`.
+    jobs_dir: PathBuf,
+}
+
+impl JobStore {
+    /// Opens `STATE/jobs.db`, creating it if missing; jobs' directories
+    /// go under `STATE/jobs/`.
+    pub fn open(state_dir: &Path) -> anyhow::Result<JobStore> {
+        JobStore::open_at(&state_dir.join(JOBS_DB), &state_dir.join("jobs"))
+    }
+
+    /// Opens the job journal at `path`, creating it if missing, with
+    /// jobs' directories under `jobs_dir`.
+    pub fn open_at(path: &Path, jobs_dir: &Path) -> anyhow::Result<JobStore> {
+        let existed = path.exists();
+        let conn = Connection::open(path)
+            .with_context(|| format!("cannot open the job journal {}", path.display()))?;
+        let store = JobStore {
+            conn,
+            path: path.to_path_buf(),
+            jobs_dir: jobs_dir.to_path_buf(),
+        };
+        store.sql(|c| c.busy_timeout(Duration::from_secs(10)))?;
+        if existed {
+            store.check_version()?;
+        }
+        store.sql(|c| {
+            c.pragma_update(None, "journal_mode", "WAL")?;
+            c.pragma_update(None, "synchronous", "NORMAL")
+        })?;
+        if !existed {
+            store.sql(|c| {
+                let tx = c.unchecked_transaction()?;
+                tx.execute_batch(SCHEMA)?;
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
+                    [SCHEMA_VERSION.to_string()],
+                )?;
+                tx.commit()
+            })?;
+        }
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory of job `id`: its run journal, runner log and
+    /// progress file.
+    pub fn job_dir(&self, id: u64) -> PathBuf {
+        self.jobs_dir.join(id.to_string())
+    }
+
+    fn check_version(&self) -> anyhow::Result<()> {
+        let version: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .with_context(|| format!("{} is not a job journal", self.path.display()))?;
+        match version.as_deref().map(str::parse::<i64>) {
+            Some(Ok(SCHEMA_VERSION)) => Ok(()),
+            Some(Ok(found)) => bail!(
+                "the job journal {} has schema version {found}; this build reads {SCHEMA_VERSION}",
+                self.path.display()
+            ),
+            _ => bail!(
+                "{} is not a job journal (it has no schema version)",
+                self.path.display()
+            ),
+        }
+    }
+
+    fn sql<R>(
+        &self,
+        operate: impl FnOnce(&Connection) -> rusqlite::Result<R>,
+    ) -> anyhow::Result<R> {
+        operate(&self.conn).with_context(|| format!("job journal {}", self.path.display()))
+    }
+
+    /// Stores a new job, queued, and returns its id. `activities` is the
+    /// size of its graph, for its counts until its runner journals them.
+    pub fn submit(
+        &mut self,
+        job: &JobSubmission,
+        name: &str,
+        activities: u64,
+    ) -> anyhow::Result<u64> {
+        let relabel = serde_json::to_string(&job.relabel).expect("strings are JSON");
+        let jobs_dir = self.jobs_dir.clone();
+        self.sql(|c| {
+            let tx = c.unchecked_transaction()?;
+            // The journal's path needs the id: written with the row, in
+            // one transaction, so no row is ever seen without it.
+            tx.execute(
+                "INSERT INTO jobs(name, state, priority, graph, cwd, relabel, context_file,
+                                  wait_for_labels, submitter, submitted, journal, activities)
+                 VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, '', ?10)",
+                params![
+                    name,
+                    job.priority,
+                    path_text(&job.graph),
+                    path_text(&job.cwd),
+                    relabel,
+                    job.context_file.as_deref().map(path_text),
+                    job.wait_for_labels,
+                    job.submitter,
+                    now(),
+                    activities as i64,
+                ],
+            )?;
+            let id = tx.last_insert_rowid();
+            let journal = jobs_dir.join(id.to_string()).join("journal.db");
+            tx.execute(
+                "UPDATE jobs SET journal = ?2 WHERE id = ?1",
+                params![id, path_text(&journal)],
+            )?;
+            tx.commit()?;
+            Ok(id as u64)
+        })
+    }
+
+    /// Every job, or only those queued or running, oldest first.
+    pub fn list(&self, all: bool) -> anyhow::Result<Vec<JobRow>> {
+        let filter = if all {
+            ""
+        } else {
+            "WHERE state IN ('queued', 'running')"
+        };
+        self.rows(&format!("{SELECT_JOB} {filter} ORDER BY id"), [])
+    }
+
+    /// Job `id`, if there is one.
+    pub fn get(&self, id: u64) -> anyhow::Result<Option<JobRow>> {
+        Ok(self
+            .rows(&format!("{SELECT_JOB} WHERE id = ?1"), [id as i64])?
+            .pop())
+    }
+
+    /// The jobs whose runner runs (or ran when the pool node stopped).
+    pub fn running(&self) -> anyhow::Result<Vec<JobRow>> {
+        self.rows(
+            &format!("{SELECT_JOB} WHERE state = 'running' ORDER BY id"),
+            [],
+        )
+    }
+
+    /// The queued job to start next: highest priority first, then the
+    /// one submitted first.
+    pub fn next_to_start(&self) -> anyhow::Result<Option<JobRow>> {
+        Ok(self
+            .rows(
+                &format!(
+                    "{SELECT_JOB} WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1"
+                ),
+                [],
+            )?
+            .pop())
+    }
+
+    /// Job `id`'s runner started as process `pid`: the job runs. Its
+    /// start time is the first runner's.
+    pub fn set_running(&mut self, id: u64, pid: u32) -> anyhow::Result<()> {
+        self.sql(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'running', runner_pid = ?2,
+                        started = coalesce(started, ?3)
+                 WHERE id = ?1",
+                params![id as i64, pid, now()],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Job `id` was asked to cancel while it runs.
+    pub fn set_cancel_requested(&mut self, id: u64) -> anyhow::Result<()> {
+        self.sql(|c| {
+            c.execute(
+                "UPDATE jobs SET cancel_requested = 1 WHERE id = ?1",
+                [id as i64],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Job `id` ended in `state` (a final one), for the reason `message`,
+    /// with its activities as `counts` stood then.
+    pub fn set_ended(
+        &mut self,
+        id: u64,
+        state: JobState,
+        message: Option<&str>,
+        counts: Option<&JobCounts>,
+    ) -> anyhow::Result<()> {
+        if !state.is_final() {
+            bail!("job {id} cannot end {state}: not a final state");
+        }
+        let counts = counts.map(|c| serde_json::to_string(c).expect("counts are JSON"));
+        self.sql(|c| {
+            c.execute(
+                "UPDATE jobs SET state = ?2, message = ?3, ended = ?4, final_counts = ?5
+                 WHERE id = ?1",
+                params![id as i64, state.as_str(), message, now(), counts],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn rows<P: rusqlite::Params>(&self, query: &str, params: P) -> anyhow::Result<Vec<JobRow>> {
+        self.sql(|c| {
+            let mut statement = c.prepare(query)?;
+            let rows = statement.query_map(params, job_row)?;
+            rows.collect()
+        })
+    }
+}
+
+/// The columns [`job_row`] reads, in its order.
+const SELECT_JOB: &str = "SELECT id, name, state, priority, graph, cwd, relabel, context_file,
+    wait_for_labels, submitter, submitted, started, ended, journal, runner_pid, message,
+    activities, cancel_requested, final_counts FROM jobs";
+
+/// A row of [`SELECT_JOB`]. A value this build cannot read (a state
+/// or JSON written by another) is an error, not a guess.
+fn job_row(row: &Row<'_>) -> rusqlite::Result<JobRow> {
+    let bad = |column: usize, error: String| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, error.into())
+    };
+    let state: String = row.get(2)?;
+    let relabel: String = row.get(6)?;
+    let counts: Option<String> = row.get(18)?;
+    Ok(JobRow {
+        id: row.get::<_, i64>(0)? as u64,
+        name: row.get(1)?,
+        state: state.parse().map_err(|e| bad(2, e))?,
+        priority: row.get(3)?,
+        graph: PathBuf::from(row.get::<_, String>(4)?),
+        cwd: PathBuf::from(row.get::<_, String>(5)?),
+        relabel: serde_json::from_str(&relabel).map_err(|e| bad(6, e.to_string()))?,
+        context_file: row.get::<_, Option<String>>(7)?.map(PathBuf::from),
+        wait_for_labels: row.get(8)?,
+        submitter: row.get(9)?,
+        submitted: row.get(10)?,
+        started: row.get(11)?,
+        ended: row.get(12)?,
+        journal: PathBuf::from(row.get::<_, String>(13)?),
+        runner_pid: row.get(14)?,
+        message: row.get(15)?,
+        activities: row.get::<_, i64>(16)? as u64,
+        cancel_requested: row.get(17)?,
+        final_counts: match counts {
+            Some(text) => Some(serde_json::from_str(&text).map_err(|e| bad(18, e.to_string()))?),
+            None => None,
+        },
+    })
+}
+
+/// A path as the job journal stores it. Paths that are not UTF-8 are
+/// stored lossily: the service refuses them at submission
+/// ([`super::supervisor`]), so none gets here.
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn now() -> f64 {
+    journal::unix_seconds(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("gluein-jobs-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        dir
+    }
+
+    fn submission(graph: &str, priority: i32) -> JobSubmission {
+        JobSubmission {
+            graph: PathBuf::from(format!("/graphs/{graph}.toml")),
+            cwd: PathBuf::from("/home/user"),
+            name: None,
+            relabel: vec!["cpu=gpu".to_string()],
+            context_file: None,
+            priority,
+            wait_for_labels: false,
+            submitter: "user@host".to_string(),
+        }
+    }
+
+    #[test]
+    fn queued_jobs_start_by_priority_then_in_submit_order() {
+        let dir = scratch("order");
+        let mut store = JobStore::open(&dir).unwrap();
+        let low = store.submit(&submission("low", 0), "low", 3).unwrap();
+        let high = store.submit(&submission("high", 5), "high", 3).unwrap();
+        let low2 = store.submit(&submission("low2", 0), "low2", 3).unwrap();
+        let high2 = store.submit(&submission("high2", 5), "high2", 3).unwrap();
+        assert_eq!(
+            (low, high, low2, high2),
+            (1, 2, 3, 4),
+            "ids count up from 1"
+        );
+        let mut order = Vec::new();
+        while let Some(job) = store.next_to_start().unwrap() {
+            store.set_running(job.id, 100 + job.id as u32).unwrap();
+            order.push(job.id);
+        }
+        assert_eq!(order, vec![high, high2, low, low2]);
+        let running: Vec<u64> = store.running().unwrap().iter().map(|j| j.id).collect();
+        assert_eq!(running, vec![1, 2, 3, 4]);
+        assert_eq!(store.get(2).unwrap().unwrap().runner_pid, Some(102));
+    }
+
+    #[test]
+    fn a_job_reads_back_as_submitted_and_ends_once() {
+        let dir = scratch("fields");
+        let mut store = JobStore::open(&dir).unwrap();
+        let mut job = submission("g", -1);
+        job.context_file = Some(PathBuf::from("/home/user/contexts.toml"));
+        job.wait_for_labels = true;
+        let id = store.submit(&job, "named", 12).unwrap();
+        let row = store.get(id).unwrap().expect("the job");
+        assert_eq!(row.name, "named");
+        assert_eq!(row.state, JobState::Queued);
+        assert_eq!(row.priority, -1);
+        assert_eq!(row.graph, job.graph);
+        assert_eq!(row.cwd, job.cwd);
+        assert_eq!(row.relabel, job.relabel);
+        assert_eq!(row.context_file, job.context_file);
+        assert!(row.wait_for_labels);
+        assert_eq!(row.activities, 12);
+        assert_eq!(row.journal, dir.join("jobs/1/journal.db"));
+        assert_eq!((row.started, row.ended, row.runner_pid), (None, None, None));
+
+        store.set_running(id, 42).unwrap();
+        let first_start = store.get(id).unwrap().unwrap().started.expect("started");
+        store.set_running(id, 43).unwrap();
+        let again = store.get(id).unwrap().unwrap();
+        assert_eq!(again.started, Some(first_start), "the first start stays");
+        assert_eq!(again.runner_pid, Some(43));
+
+        assert!(store.set_ended(id, JobState::Running, None, None).is_err());
+        let counts = JobCounts {
+            done: 11,
+            failed: 1,
+            total: 12,
+            ..JobCounts::default()
+        };
+        store
+            .set_ended(
+                id,
+                JobState::Failed,
+                Some("1 activity failed"),
+                Some(&counts),
+            )
+            .unwrap();
+        let ended = store.get(id).unwrap().unwrap();
+        assert_eq!(ended.state, JobState::Failed);
+        assert_eq!(ended.message.as_deref(), Some("1 activity failed"));
+        assert_eq!(ended.final_counts, Some(counts));
+        assert!(ended.ended.is_some());
+        assert!(
+            store.list(false).unwrap().is_empty(),
+            "ended jobs are not active"
+        );
+        assert_eq!(store.list(true).unwrap().len(), 1);
+        assert!(store.get(99).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_job_journal_survives_a_reopen_and_refuses_other_files() {
+        let dir = scratch("reopen");
+        {
+            let mut store = JobStore::open(&dir).unwrap();
+            let id = store.submit(&submission("g", 0), "g", 1).unwrap();
+            store.set_running(id, 7).unwrap();
+            store.set_cancel_requested(id).unwrap();
+        }
+        let mut store = JobStore::open(&dir).unwrap();
+        let running = store.running().unwrap();
+        assert_eq!(running.len(), 1);
+        assert!(running[0].cancel_requested);
+        assert_eq!(store.submit(&submission("h", 0), "h", 1).unwrap(), 2);
+
+        let other = dir.join("other.db");
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE t(x)")
+            .unwrap();
+        let error = JobStore::open_at(&other, &dir).err().expect("refused");
+        assert!(
+            format!("{error:#}").contains("not a job journal"),
+            "{error:#}"
+        );
+    }
+}
