@@ -14,7 +14,7 @@
 //! with nothing of this run still running beside it.
 
 mod census;
-mod pool;
+pub(crate) mod pool;
 mod progress;
 mod record;
 
@@ -39,7 +39,7 @@ use census::Census;
 use pool::{
     check_contexts, executor_contexts, join_pool, local_pool, pool_executors, unoffered, Runner,
 };
-use progress::{Progress, Tally};
+use progress::{JobProgressFile, Progress, Tally};
 use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
 
 /// Arguments of `constellation run`.
@@ -117,6 +117,20 @@ pub struct RunArgs {
     /// one activity's output with `constellation output RUN ID`).
     #[arg(long, default_value = "files", value_name = "MODE")]
     output: OutputMode,
+    /// For the pool node's job service, which starts runners for submitted
+    /// jobs: the run's counts (`gluein::service::JobCounts` as JSON) are
+    /// written to FILE at every progress update and at the end, replaced
+    /// atomically, so that `constellation jobs` can show a running job's
+    /// counts without opening a journal its runner writes to. Hidden: it
+    /// is the service's, not a person's.
+    #[arg(long, value_name = "FILE", hide = true)]
+    job_progress: Option<PathBuf>,
+    /// For the job service, on behalf of `submit --wait-for-labels`: work
+    /// that no executor of the pool offers to run does not refuse the run
+    /// up front; it waits (progress says so) until an agent that offers its
+    /// labels joins or is relabelled. Hidden, like --job-progress.
+    #[arg(long, hide = true, requires = "pool")]
+    wait_for_labels: bool,
 }
 
 /// Where the commands' output goes.
@@ -164,20 +178,7 @@ impl ProgressMode {
 /// for good.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
-    let mut graph = Graph::load(&args.graph).map_err(|errors| {
-        anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
-    })?;
-    let rules = match &args.context_file {
-        Some(path) => graph::read_context_file(path).map_err(anyhow::Error::msg)?,
-        None => Vec::new(),
-    };
-    let retargeted = graph.retarget(&rules, &args.relabel);
-    for warning in &retargeted.unused {
-        eprintln!("warning: {warning}");
-    }
-    if retargeted.changed > 0 {
-        eprintln!("retargeted {} activities", retargeted.changed);
-    }
+    let graph = load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
     let executors = executor_contexts(&args)?;
     let node = match &args.pool {
         Some(pool) => Some(join_pool(pool, &args, &executors)?),
@@ -187,7 +188,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(node) => pool_executors(node, &executors),
         None => executors.clone(),
     };
-    check_contexts(&graph, &offered)?;
+    if !(args.wait_for_labels && node.is_some()) {
+        check_contexts(&graph, &offered, RUN_HINT)?;
+    }
 
     let (mut journal, journal_path) = open_journal(&args)?;
     let run_dir = journal_path
@@ -290,6 +293,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         debug_assert_eq!(coordinator.reports_expected(), expected);
         pool.submit(coordinator)?;
         let mut progress = Progress::new(args.progress, expected as u64);
+        if let Some(path) = &args.job_progress {
+            progress = progress.with_job_file(path);
+        }
         // Reports are committed in groups at most COMMIT_EVERY apart: one
         // transaction per report would cost more than a short command. A
         // runner killed in between loses at most that much of the record,
@@ -375,6 +381,10 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         RunStatus::Succeeded
     };
     journal.end_run(run, status)?;
+    if let Some(path) = &args.job_progress {
+        // Nothing runs any more, whatever the last update said.
+        JobProgressFile::new(path).write(tally, 0);
+    }
     print!("{}", tally.summary(started.elapsed()));
     println!("journal: {}", journal_path.display());
     let Some(stop) = stop else {
@@ -406,6 +416,36 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+/// Loads the graph file at `path` and retargets it with the context file
+/// and the `--relabel` rules, as `run` and `submit` do, saying what the
+/// rules changed or did not match. Graph errors are listed as
+/// `file:line:column: ...`, with their count.
+pub(crate) fn load_graph(
+    path: &Path,
+    context_file: Option<&Path>,
+    relabel: &[Relabel],
+) -> anyhow::Result<Graph> {
+    let mut graph = Graph::load(path).map_err(|errors| {
+        anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
+    })?;
+    let rules = match context_file {
+        Some(path) => graph::read_context_file(path).map_err(anyhow::Error::msg)?,
+        None => Vec::new(),
+    };
+    let retargeted = graph.retarget(&rules, relabel);
+    for warning in &retargeted.unused {
+        eprintln!("warning: {warning}");
+    }
+    if retargeted.changed > 0 {
+        eprintln!("retargeted {} activities", retargeted.changed);
+    }
+    Ok(graph)
+}
+
+/// What `run` suggests when work can run on no executor it has.
+const RUN_HINT: &str =
+    "add executors with --context or --add-executors, or retarget with --relabel or --context-file";
 
 /// The longest a settled activity waits to be committed to the journal.
 const COMMIT_EVERY: Duration = Duration::from_millis(50);

@@ -127,7 +127,7 @@ pub(super) fn unoffered(
 }
 
 /// Members of the pool that run work: not the pool node, not runners.
-pub(super) fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
+pub(crate) fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net::MemberView> {
     (node.members().into_iter()).filter(|member| {
         member
             .executors
@@ -137,7 +137,7 @@ pub(super) fn agents_of(node: &Node) -> impl Iterator<Item = constellation::net:
 }
 
 /// What the pool's agents and this node's own executors offer.
-pub(super) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<ExecutorContext> {
+pub(crate) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<ExecutorContext> {
     let mut offered = executors.to_vec();
     offered.extend(agents_of(node).flat_map(|member| member.executors));
     offered
@@ -176,7 +176,12 @@ pub(super) fn executor_contexts(args: &RunArgs) -> anyhow::Result<Vec<ExecutorCo
 /// Refuses a graph with activities no executor of this pool can ever run:
 /// on a local pool they would wait forever. One match per distinct
 /// context, then a pass over the nodes only if some context has none.
-pub(super) fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
+/// `hint` ends the message: what the command's user can do about it.
+pub(crate) fn check_contexts(
+    graph: &Graph,
+    executors: &[ExecutorContext],
+    hint: &str,
+) -> anyhow::Result<()> {
     let table = MatchTable::new(executors);
     let unmatched_context: Vec<bool> = (graph.contexts().iter())
         .map(|context| table.executors_for(context).next().is_none())
@@ -198,9 +203,12 @@ pub(super) fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> an
         .collect();
     let more = unmatched.count();
     let offered: Vec<String> = executors.iter().map(|e| format!("  [{e}]")).collect();
+    let offered = match offered.is_empty() {
+        true => "  (nothing: no agent has joined)".to_string(),
+        false => offered.join("\n"),
+    };
     bail!(
-        "{}{}\n{} activities can run on no executor of this pool; the executors offer:\n{}\n\
-         add executors with --context or --add-executors, or retarget with --relabel or --context-file",
+        "{}{}\n{} activities can run on no executor of this pool; the executors offer:\n{}\n{hint}",
         shown.join("\n"),
         if more > 0 {
             format!("\n... and {more} more")
@@ -208,6 +216,6 @@ pub(super) fn check_contexts(graph: &Graph, executors: &[ExecutorContext]) -> an
             String::new()
         },
         shown.len() + more,
-        offered.join("\n")
+        offered
     )
 }

@@ -2,9 +2,11 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use executors::shell::{Output, ShellResult};
+use gluein::service::JobCounts;
 use graph::{Graph, NodeReport};
 
 use super::ProgressMode;
@@ -272,6 +274,8 @@ pub(super) struct Progress {
     last_line: Instant,
     /// The contexts of the last notice about work no executor offers to run.
     unoffered_labels: Vec<String>,
+    /// `--job-progress`: the counts, for the job service.
+    job_file: Option<JobProgressFile>,
 }
 
 impl Progress {
@@ -296,7 +300,14 @@ impl Progress {
             quiet: mode == ProgressMode::None,
             last_line: Instant::now(),
             unoffered_labels: Vec::new(),
+            job_file: None,
         }
+    }
+
+    /// Also writes the counts to `path` at every update (`--job-progress`).
+    pub(super) fn with_job_file(mut self, path: &Path) -> Progress {
+        self.job_file = Some(JobProgressFile::new(path));
+        self
     }
 
     /// Says at once when released work starts (or stops) waiting for
@@ -339,6 +350,9 @@ impl Progress {
     /// Shows the counts; `running` is how many activities run now,
     /// wherever they run.
     pub(super) fn show(&mut self, tally: &Tally, running: usize, elapsed: Duration) {
+        if let Some(file) = &mut self.job_file {
+            file.write(tally, running);
+        }
         let mut message = format!(
             "running {running}, failed {}, cancelled {}",
             tally.failed, tally.cancelled
@@ -372,6 +386,76 @@ impl Progress {
     }
 }
 
+/// The run's counts as a JSON file that is replaced whole at each write
+/// (a temporary file beside it, renamed over it), so that a reader never
+/// sees half of one: `--job-progress`, read by the pool node's job
+/// service for `constellation jobs`.
+pub(super) struct JobProgressFile {
+    path: PathBuf,
+    /// What was written last: the same counts are not written again.
+    last: Option<JobCounts>,
+    /// Whether a failed write was reported: once is enough.
+    warned: bool,
+}
+
+impl JobProgressFile {
+    pub(super) fn new(path: &Path) -> JobProgressFile {
+        JobProgressFile {
+            path: path.to_path_buf(),
+            last: None,
+            warned: false,
+        }
+    }
+
+    /// Writes the counts of `tally` with `running` activities running now.
+    /// A failed write is a warning, not the run's failure: the counts are a
+    /// view, and the journal keeps the record.
+    pub(super) fn write(&mut self, tally: &Tally, running: usize) {
+        let counts = job_counts(tally, running);
+        if self.last == Some(counts) {
+            return;
+        }
+        match self.replace(&counts) {
+            Ok(()) => self.last = Some(counts),
+            Err(error) if !self.warned => {
+                self.warned = true;
+                eprintln!(
+                    "warning: cannot write the job progress file {}: {error}",
+                    self.path.display()
+                );
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn replace(&self, counts: &JobCounts) -> std::io::Result<()> {
+        let mut name = self.path.file_name().unwrap_or_default().to_os_string();
+        name.push(".tmp");
+        let temporary = self.path.with_file_name(name);
+        std::fs::write(&temporary, serde_json::to_vec(counts)?)?;
+        std::fs::rename(&temporary, &self.path)
+    }
+}
+
+/// The counts of a job as the job service shows them: skipped activities
+/// (done in an earlier run of the journal) count as done, and those killed
+/// as the run stopped as waiting, as they are pending in the journal.
+pub(super) fn job_counts(tally: &Tally, running: usize) -> JobCounts {
+    let total = tally.total as u64;
+    let done = (tally.done + tally.skipped) as u64;
+    let failed = tally.failed as u64;
+    let cancelled = tally.cancelled as u64;
+    let running = running as u64;
+    JobCounts {
+        waiting: total.saturating_sub(done + failed + cancelled + running),
+        running,
+        done,
+        failed,
+        cancelled,
+        total,
+    }
+}
+
 /// `12 waiting for labels no executor offers: gpu (12)`.
 pub(super) fn unoffered_text(unoffered: &[(String, usize)]) -> String {
     let total: usize = unoffered.iter().map(|(_, n)| n).sum();
@@ -386,7 +470,53 @@ pub(super) fn unoffered_text(unoffered: &[(String, usize)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Durations;
+    use super::{Durations, JobProgressFile, Tally};
+    use gluein::service::JobCounts;
+
+    /// The file holds the counts as JSON the job service reads back, is
+    /// replaced whole (no temporary file is left beside it), and counts
+    /// what an earlier run did as done.
+    #[test]
+    fn the_job_progress_file_is_replaced_with_the_counts() {
+        let dir = std::env::temp_dir().join(format!("job-progress-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = "[[activity]]\nid = \"a-{n}\"\nfor = { n = \"1..=5\" }\ncommand = \"true\"\n";
+        let graph = graph::Graph::parse(text, graph::Format::Toml, "g.toml", &dir).unwrap();
+        let mut tally = Tally::new(&graph, 1);
+        tally.done = 1;
+        tally.failed = 1;
+        let path = dir.join("progress.json");
+        let mut file = JobProgressFile::new(&path);
+        file.write(&tally, 2);
+        let read = |path: &std::path::Path| -> JobCounts {
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+        };
+        let expected = JobCounts {
+            waiting: 0,
+            running: 2,
+            done: 2,
+            failed: 1,
+            cancelled: 0,
+            total: 5,
+        };
+        assert_eq!(read(&path), expected);
+        tally.done = 3;
+        file.write(&tally, 0);
+        assert_eq!(
+            read(&path),
+            JobCounts {
+                running: 0,
+                done: 4,
+                ..expected
+            }
+        );
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["progress.json"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The summary stays the same size however many runs it takes in, and
     /// its figures stay right: exact count, min and max, a median near the
