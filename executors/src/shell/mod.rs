@@ -20,7 +20,9 @@
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
 //! - While it runs, the command is registered by its process group, so a
 //!   process told to stop can kill every command it started and start no
-//!   more ([`kill_all_running`], [`stop_starting`]).
+//!   more ([`kill_all_running`], [`stop_starting`]), and an agent can kill
+//!   the commands of one runner's work and start none of it
+//!   ([`cancel_origin`]).
 //! - The command sees the executor's resources as environment variables,
 //!   the way a batch job does: `CONSTELLATION_EXECUTOR` (the executor's
 //!   index on its node), `CONSTELLATION_LABELS` (its contexts, comma
@@ -67,7 +69,10 @@ use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
 pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
-pub use running::{kill_all_running, running_count, stop_starting, stopped, waiting_to_retry};
+pub use running::{
+    cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, running_count,
+    running_from, stop_starting, stopped, waiting_to_retry, Cancelled,
+};
 pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,
     MAX_FOLDER_NAME, OUTPUT_DIR_VAR,
@@ -139,10 +144,11 @@ impl ShellActivity {
     }
 
     /// Runs every attempt the retry policy allows, on the calling thread.
-    /// `None` if no command ran because this process stopped starting
-    /// them ([`stop_starting`]); after the stop, an attempt that ended is
-    /// not retried, and its result is the last.
-    fn run(&self, cx: &ActivityCx<'_>) -> Option<ShellResult> {
+    /// No command runs once this process stopped starting them
+    /// ([`stop_starting`]) or the activity's origin was cancelled
+    /// ([`cancel_origin`]); after either, an attempt that ended is not
+    /// retried, and its result is the last.
+    fn run(&self, cx: &ActivityCx<'_>) -> Ran {
         let spec = &self.spec;
         let activity = cx.id();
         let labels = cx.executor_context().label_list();
@@ -163,7 +169,10 @@ impl ShellActivity {
         let mut last = None;
         loop {
             if running::stopped() {
-                return last;
+                return Ran::ended(last, Ran::Stopping);
+            }
+            if running::origin_cancelled(activity.origin()) {
+                return Ran::ended(last, Ran::Cancelled);
             }
             let files = match &spec.capture {
                 Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
@@ -199,10 +208,14 @@ impl ShellActivity {
                 },
             };
             env.pop();
-            if matches!(&done.outcome, ShellOutcome::StartFailed { reason } if reason == process::STOPPING)
-            {
+            if let ShellOutcome::StartFailed { reason } = &done.outcome {
                 // Never started: not an attempt.
-                return last;
+                if reason == process::STOPPING {
+                    return Ran::ended(last, Ran::Stopping);
+                }
+                if reason == process::CANCELLED {
+                    return Ran::ended(last, Ran::Cancelled);
+                }
             }
             history.push(AttemptRecord {
                 attempt,
@@ -220,6 +233,7 @@ impl ShellActivity {
             });
             let retry = attempt < spec.retry.max_attempts
                 && !running::stopped()
+                && !running::origin_cancelled(activity.origin())
                 && match (&done.outcome, spec.retry.retry_on) {
                     (ShellOutcome::Exited { code: 0 }, _) => false,
                     (_, RetryOn::AnyFailure) => true,
@@ -227,7 +241,7 @@ impl ShellActivity {
                     (_, RetryOn::TimeoutOrSignal) => false,
                 };
             if !retry {
-                return Some(self.result(cx, &labels, done, attempt, history));
+                return Ran::Done(Box::new(self.result(cx, &labels, done, attempt, history)));
             }
             let outcome = done.outcome.clone();
             last = Some(self.result(cx, &labels, done, attempt, history.clone()));
@@ -242,7 +256,7 @@ impl ShellActivity {
                 spec.retry.max_attempts
             );
             if !running::pause_before_retry(activity, pause) {
-                return last;
+                return Ran::ended(last, Ran::Stopping);
             }
         }
     }
@@ -256,8 +270,17 @@ impl ShellActivity {
         attempt: u32,
         history: Vec<AttemptRecord>,
     ) -> ShellResult {
+        let activity = cx.id();
+        // Read when the attempt has ended: a command killed by the cancel
+        // sees it, and so does one that ended by itself as the cancel came.
+        let cancelled = running::origin_cancelled(activity.origin()).then(|| {
+            format!(
+                "cancelled: the work of node {} (the run that created it) was cancelled here",
+                activity.origin()
+            )
+        });
         ShellResult {
-            activity: cx.id(),
+            activity,
             name: self.spec.name.clone(),
             command: self.spec.program.describe(),
             outcome: done.outcome,
@@ -270,6 +293,40 @@ impl ShellActivity {
             host: host_name().to_string(),
             executor: cx.executor_index(),
             history,
+            cancelled,
+        }
+    }
+}
+
+/// How [`ShellActivity::run`] ended.
+enum Ran {
+    /// With this result, to report: the last attempt's.
+    Done(Box<ShellResult>),
+    /// Without running a command: this process stopped starting them.
+    Stopping,
+    /// Without running a command: the work of the activity's origin was
+    /// cancelled.
+    Cancelled,
+}
+
+impl Ran {
+    /// The end of a run that stops now: with the last result if an attempt
+    /// ran, else `without`. A result taken before a cancel is marked as
+    /// cancelled if the cancel has come since.
+    fn ended(last: Option<ShellResult>, without: Ran) -> Ran {
+        match last {
+            Some(mut result) => {
+                if result.cancelled.is_none() && running::origin_cancelled(result.activity.origin())
+                {
+                    result.cancelled = Some(format!(
+                        "cancelled: the work of node {} (the run that created it) was cancelled \
+                         here while it waited to retry",
+                        result.activity.origin()
+                    ));
+                }
+                Ran::Done(Box::new(result))
+            }
+            None => without,
         }
     }
 }
@@ -303,13 +360,28 @@ impl Activity for ShellActivity {
     }
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
-        let Some(result) = self.run(cx) else {
-            // This process stopped starting commands: the activity stays
-            // unfinished, to run when the work is resumed.
-            tracing::debug!(command = %self.spec.program.describe(), "not started: this process is stopping");
-            return Step::Suspend;
+        let result = match self.run(cx) {
+            Ran::Done(result) => *result,
+            Ran::Stopping => {
+                // This process stopped starting commands: the activity
+                // stays unfinished, to run when the work is resumed.
+                tracing::debug!(command = %self.spec.program.describe(), "not started: this process is stopping");
+                return Step::Suspend;
+            }
+            Ran::Cancelled => {
+                // Its origin's work was cancelled: it ends here, never
+                // having run, and tells nobody. Its parent is a stopping
+                // runner, which keeps it pending, or gone.
+                tracing::info!(
+                    activity = %cx.id(),
+                    command = %self.spec.program.describe(),
+                    "not started: the work of node {} was cancelled",
+                    cx.id().origin()
+                );
+                return Step::Finish;
+            }
         };
-        if killed_by_preemption(&result.outcome) {
+        if result.cancelled.is_none() && killed_by_preemption(&result.outcome) {
             tracing::warn!(command = %self.spec.program.describe(), "killed as this node is taken down; it will run again elsewhere");
             // Never finishes here: no result, no `Finished` notice.
             return Step::Suspend;

@@ -22,6 +22,10 @@ use super::tracking::ProcessTracking;
 /// ([`super::stop_starting`]).
 pub(crate) const STOPPING: &str = "this process is stopping and starts no more commands";
 
+/// Why a command was not started: the work of the node that created its
+/// activity was cancelled ([`super::cancel_origin`]).
+pub(crate) const CANCELLED: &str = "the work of the node that created it was cancelled";
+
 /// How long to wait for a killed command's leader to die.
 const DEATH_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -60,8 +64,10 @@ pub(crate) enum Destination<'a> {
 /// for its children, applied before the spec's own variables;
 /// `destination` is where output goes. The command is registered as
 /// running ([`super::running`]) while it runs, for
-/// [`kill_all_running`](super::kill_all_running); once this process has
-/// stopped starting commands, it does not start.
+/// [`kill_all_running`](super::kill_all_running) and
+/// [`cancel_origin`](super::cancel_origin); once this process has stopped
+/// starting commands, or the activity's origin was cancelled, it does not
+/// start.
 pub(crate) fn run_once(
     activity: ActivityId,
     spec: &ShellSpec,
@@ -114,6 +120,9 @@ fn run_once_to(
     };
     if super::running::stopped() {
         return failed(STOPPING.to_string());
+    }
+    if !super::running::may_start(activity) {
+        return failed(CANCELLED.to_string());
     }
     let argv = spec.program.argv();
     // Started in a process group of its own, so a timeout can kill
@@ -199,7 +208,8 @@ fn run_once_to(
         }
     };
     if !super::running::register(child.pid, activity) {
-        // The stop came while it started: it goes with the others.
+        // The stop (or the cancel of its origin) came while it started:
+        // it goes with the others.
         kill_group(&child);
     }
     let readers = match spec.capture {

@@ -277,6 +277,14 @@ pub struct ShellResult {
     pub executor: usize,
     /// Every attempt, first to last, for journals.
     pub history: Vec<AttemptRecord>,
+    /// Set when the work of the node that created this activity (its
+    /// runner) was cancelled here while it ran ([`cancel_origin`]): why,
+    /// in words. Its command was killed, or its retry dropped, for that,
+    /// not for a fault of its own; it made no further attempt.
+    ///
+    /// [`cancel_origin`]: super::cancel_origin
+    #[serde(default)]
+    pub cancelled: Option<String>,
 }
 
 /// One attempt of a shell activity, as a journal records it.
@@ -333,6 +341,9 @@ impl fmt::Display for ShellFailure {
         write!(f, " ({}) {}", r.activity, r.outcome)?;
         if r.attempts > 1 {
             write!(f, " on the last of {} attempts", r.attempts)?;
+        }
+        if let Some(why) = &r.cancelled {
+            write!(f, " ({why})")?;
         }
         match &r.stderr {
             Output::File(path) => write!(f, "; its error output is in {}", path.display()),

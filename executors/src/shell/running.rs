@@ -11,12 +11,18 @@
 //! the rest of the group is killed, and leaves the registry before its
 //! leader is reaped: while registered, the group's id cannot belong to an
 //! unrelated process, so signalling it reaches only the command.
+//!
+//! The same registry lets an agent drop the work of one runner while it
+//! serves others ([`cancel_origin`]): an activity's id names the node that
+//! created it, and a runner's shell activities are created by its
+//! coordinator on the runner's node, so that node is the runner's mark on
+//! every command it caused.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use constellation::ActivityId;
+use constellation::{ActivityId, NodeId};
 
 /// The commands running now, and whether this process stopped starting
 /// more. One lock for both, so that a command either starts before the
@@ -29,16 +35,35 @@ struct Running {
     /// Activities whose attempt failed, waiting to retry: they report
     /// that attempt as soon as the stop comes.
     pausing: BTreeSet<ActivityId>,
+    /// Origins whose work was cancelled ([`cancel_origin`]), oldest first,
+    /// at most [`CANCELLED_ORIGINS`].
+    cancelled: VecDeque<NodeId>,
+}
+
+impl Running {
+    /// Whether `activity` may not start (another) command: this process
+    /// stopped, or the node that created the activity had its work
+    /// cancelled.
+    fn refuses(&self, activity: Option<ActivityId>) -> bool {
+        self.stopped || activity.is_some_and(|a| self.cancelled.contains(&a.origin()))
+    }
 }
 
 static RUNNING: Mutex<Running> = Mutex::new(Running {
     stopped: false,
     groups: BTreeMap::new(),
     pausing: BTreeSet::new(),
+    cancelled: VecDeque::new(),
 });
 
-/// Wakes the activities waiting to retry when the stop comes.
+/// Wakes the activities waiting to retry when the stop comes, or when the
+/// work of their origin is cancelled.
 static STOPPED: Condvar = Condvar::new();
+
+/// How many cancelled origins are remembered. Each is a runner that
+/// stopped or died while this process held its work; the oldest is
+/// forgotten first, by when its queued activities have long ended here.
+const CANCELLED_ORIGINS: usize = 4096;
 
 fn running() -> MutexGuard<'static, Running> {
     // The data stays consistent whatever panicked while holding the lock:
@@ -124,14 +149,155 @@ pub fn kill_all_running(grace: Duration) -> Vec<ActivityId> {
         .collect()
 }
 
+/// What [`cancel_origin`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cancelled {
+    /// Commands it sent `SIGTERM` (and, after the grace, `SIGKILL`): each
+    /// reports its attempt as killed by that signal.
+    pub running: usize,
+    /// Activities waiting to retry a failed attempt: they start no other
+    /// attempt and report the failed one at once. (Activities queued here
+    /// that have not reached an executor yet are not counted: each ends
+    /// without starting its command when it does.)
+    pub not_started: usize,
+}
+
+/// Cancels the work of the node `origin` in this process: the shell
+/// activities whose ids name `origin` as the node that created them.
+///
+/// - Each command of such an activity running now is killed with its whole
+///   process group: `SIGTERM` at once, `SIGKILL` to the groups still
+///   registered after `grace` (from a thread of its own: this returns at
+///   once, so a request that asked for the cancel gets its answer within
+///   its timeout). Its activity reports the attempt, killed by the signal,
+///   to its parent as usual, marked [`ShellResult::cancelled`], and does
+///   not retry it.
+/// - One waiting to retry a failed attempt reports that attempt at once,
+///   marked the same way, and starts no other.
+/// - One that has not started its command yet, now or later, ends without
+///   starting it and sends no result: from its parent's side it never ran,
+///   which is what a stopping runner records (the activity stays pending,
+///   to run when the work is resumed), and where the parent is gone there
+///   is nobody to tell. It finishes rather than suspends, so that nothing
+///   of the cancelled work stays in this process.
+///
+/// Other origins' work goes on. The origin stays cancelled for the life of
+/// the process (the last [`CANCELLED_ORIGINS`] are remembered): a node id
+/// is random and never reused, so no later work is mistaken for it.
+///
+/// [`ShellResult::cancelled`]: super::ShellResult::cancelled
+pub fn cancel_origin(origin: NodeId, grace: Duration) -> Cancelled {
+    let (signalled, not_started) = {
+        let mut running = running();
+        if !running.cancelled.contains(&origin) {
+            if running.cancelled.len() >= CANCELLED_ORIGINS {
+                running.cancelled.pop_front();
+            }
+            running.cancelled.push_back(origin);
+        }
+        STOPPED.notify_all();
+        let groups: Vec<libc::pid_t> = (running.groups.iter())
+            .filter(|(_, activity)| activity.is_some_and(|a| a.origin() == origin))
+            .map(|(&group, _)| group)
+            .collect();
+        for &group in &groups {
+            // SAFETY: kill has no memory effects; a registered group's
+            // leader is unreaped, so its id is the command's alone.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+        }
+        let pausing = (running.pausing.iter())
+            .filter(|a| a.origin() == origin)
+            .count();
+        (groups, pausing)
+    };
+    let cancelled = Cancelled {
+        running: signalled.len(),
+        not_started,
+    };
+    if signalled.is_empty() {
+        return cancelled;
+    }
+    let escalate = {
+        let groups = signalled.clone();
+        move || kill_after_grace(&groups, grace)
+    };
+    let spawned = std::thread::Builder::new()
+        .name("shell-cancel".to_string())
+        .spawn(escalate);
+    if spawned.is_err() {
+        // No thread to spare: wait here rather than leave a command that
+        // ignores SIGTERM running.
+        kill_after_grace(&signalled, grace);
+    }
+    cancelled
+}
+
+/// Sends `SIGKILL` to those of `groups` still registered `grace` after
+/// their `SIGTERM`.
+fn kill_after_grace(groups: &[libc::pid_t], grace: Duration) {
+    if wait_until_gone(groups, Instant::now() + grace) {
+        return;
+    }
+    let running = running();
+    for group in groups.iter().filter(|g| running.groups.contains_key(g)) {
+        tracing::warn!(
+            group,
+            "a cancelled command did not end within {grace:?} of SIGTERM; killing it"
+        );
+        // SAFETY: as in cancel_origin; the lock keeps the group registered.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+}
+
+/// Whether the work of `origin` was cancelled ([`cancel_origin`]).
+pub fn origin_cancelled(origin: NodeId) -> bool {
+    running().cancelled.contains(&origin)
+}
+
+/// How many activities of `origin`'s work this process holds now: commands
+/// running, and activities waiting to retry. Activities queued but not
+/// started are not known here.
+pub fn running_from(origin: NodeId) -> usize {
+    let running = running();
+    let commands = (running.groups.values())
+        .filter(|activity| activity.is_some_and(|a| a.origin() == origin))
+        .count();
+    let pausing = (running.pausing.iter())
+        .filter(|a| a.origin() == origin)
+        .count();
+    commands + pausing
+}
+
+/// A node id as [`parse_origin`] reads it: the full UUID, since the short
+/// form logs show could name two nodes.
+pub fn origin_text(origin: NodeId) -> String {
+    origin.uuid().to_string()
+}
+
+/// Reads a node id written by [`origin_text`] (a UUID, with or without its
+/// hyphens).
+pub fn parse_origin(text: &str) -> Result<NodeId, String> {
+    let digits: String = text.trim().chars().filter(|&c| c != '-').collect();
+    if digits.len() != 32 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{text:?} is not a node id (a UUID of 32 hex digits, e.g. {})",
+            origin_text(NodeId::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef))
+        ));
+    }
+    u128::from_str_radix(&digits, 16)
+        .map(NodeId::from_u128)
+        .map_err(|error| format!("{text:?} is not a node id: {error}"))
+}
+
 /// Waits `pause` before activity `activity` retries a failed attempt;
-/// `false`, at once, if this process stopped starting commands before or
-/// meanwhile: then it must not retry, and reports the failed attempt.
+/// `false`, at once, if this process stopped starting commands or the
+/// activity's origin was cancelled, before or meanwhile: then it must not
+/// retry, and reports the failed attempt.
 pub(crate) fn pause_before_retry(activity: ActivityId, pause: Duration) -> bool {
     let deadline = Instant::now() + pause;
     let mut running = running();
     running.pausing.insert(activity);
-    while !running.stopped {
+    while !running.refuses(Some(activity)) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
@@ -142,7 +308,7 @@ pub(crate) fn pause_before_retry(activity: ActivityId, pause: Duration) -> bool 
             .0;
     }
     running.pausing.remove(&activity);
-    !running.stopped
+    !running.refuses(Some(activity))
 }
 
 /// Waits until none of `groups` is registered any more; `false` if the
@@ -173,12 +339,19 @@ pub fn waiting_to_retry() -> usize {
     running().pausing.len()
 }
 
+/// Whether `activity` may start a command now: `false` once this process
+/// stopped starting commands, or the activity's origin was cancelled.
+pub(crate) fn may_start(activity: Option<ActivityId>) -> bool {
+    !running().refuses(activity)
+}
+
 /// Registers the just-started command whose process group is `group`.
-/// `false` if this process stopped starting commands meanwhile: the caller
-/// must kill the group, which is then not registered.
+/// `false` if this process stopped starting commands, or the activity's
+/// origin was cancelled, meanwhile: the caller must kill the group, which
+/// is then not registered.
 pub(crate) fn register(group: libc::pid_t, activity: Option<ActivityId>) -> bool {
     let mut running = running();
-    if running.stopped {
+    if running.refuses(activity) {
         return false;
     }
     running.groups.insert(group, activity);
@@ -190,4 +363,29 @@ pub(crate) fn register(group: libc::pid_t, activity: Option<ActivityId>) -> bool
 /// is reaped.
 pub(crate) fn unregister(group: libc::pid_t) {
     running().groups.remove(&group);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_cancelled_origin_is_forgotten_first_and_none_twice() {
+        let first = NodeId::random();
+        assert_eq!(cancel_origin(first, Duration::ZERO), Cancelled::default());
+        assert_eq!(cancel_origin(first, Duration::ZERO), Cancelled::default());
+        let remembered = |origin| running().cancelled.iter().filter(|&&o| o == origin).count();
+        assert_eq!(
+            remembered(first),
+            1,
+            "an origin cancelled twice is kept once"
+        );
+        let later: Vec<NodeId> = (0..CANCELLED_ORIGINS).map(|_| NodeId::random()).collect();
+        for &origin in &later {
+            cancel_origin(origin, Duration::ZERO);
+        }
+        assert!(!origin_cancelled(first), "the oldest is forgotten");
+        assert!(later.iter().all(|&o| origin_cancelled(o)));
+        assert!(running().cancelled.len() <= CANCELLED_ORIGINS);
+    }
 }
