@@ -6,16 +6,24 @@
 //! the port it listened on, so that a pool node killed and started again
 //! on the same state directory has the same peer id and address, and
 //! writes the same pool file: members that knew it can find it again.
+//!
+//! The pool node hosts the job service ([`gluein::jobs`]): graphs handed
+//! to it with `constellation submit` run as jobs, each in a runner process
+//! of its own, and the state directory keeps the jobs across restarts.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use constellation::net::{key, Multiaddr, Node, NodeConfig};
+use constellation::net::{key, AppHandler, AppRequest, Multiaddr, Node, NodeConfig};
 use constellation::{ExecutorContext, Pool};
+use gluein::jobs::supervisor::DEFAULT_MAX_JOBS;
+use gluein::jobs::{JobService, ServiceConfig};
 use gluein::poolfile::{self, PoolFile, PoolFileLock, StateDir};
+use gluein::service::{self, ServiceRequest};
 use gluein::signals;
 
 /// Arguments of `constellation pool`.
@@ -54,8 +62,27 @@ crash or `kill -9`, the pool has the same peer id and, when --listen asks
 for port 0 and the old port is free, the same address: its pool file is
 the same as before.
 
-The pool runs until Ctrl-C or SIGTERM; it then leaves the pool and removes
-the pool file.")]
+Jobs: `constellation submit GRAPH --pool FILE` hands a graph to this pool
+node and returns at once; the pool node runs it as a job, in a runner
+process of its own on this machine, in the submitter's directory (a file
+system both share, as they share the key). `constellation jobs` lists the
+jobs, `constellation job ID` shows one, `constellation wait ID` waits for
+it and `constellation cancel ID` cancels it.
+
+Sharing: at most --max-jobs jobs run at once. A queued job starts when a
+slot is free: highest --priority first, then in submit order. Jobs that run
+at once share the agents: idle agents take the queued work of every running
+job at random, so they share the executors about evenly.
+
+The state directory keeps the jobs (jobs.db, and jobs/ID/ with each job's
+run journal and runner log). Killed (kill -9) and started again on the same
+state directory, the pool node finds its jobs: runners that still run are
+waited for (they wait up to 10 minutes for a pool node that is gone), the
+others are resumed; what their journals call done stays done.
+
+The pool runs until Ctrl-C or SIGTERM; it then stops the jobs' runners
+(their jobs resume at the next start on this state directory), leaves the
+pool and removes the pool file.")]
 pub struct StartArgs {
     /// Where to listen. The default takes every interface and a free port
     /// (the port of the last start on this state directory, if still free).
@@ -76,7 +103,25 @@ pub struct StartArgs {
     /// This node's site, for hierarchical stealing.
     #[arg(long, env = "CONSTELLATION_SITE")]
     site: Option<String>,
+    /// How many submitted jobs run at once; the others wait in the queue,
+    /// highest --priority first, then in submit order.
+    #[arg(long, default_value_t = DEFAULT_MAX_JOBS, value_name = "N", value_parser = at_least_one)]
+    max_jobs: usize,
 }
+
+/// A count of 1 or more: a pool that runs no job would queue every job
+/// for good.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(format!("not a count: {error}")),
+    }
+}
+
+/// How long a stopping pool node waits for its jobs' runners to have
+/// journaled their runs as interrupted.
+const RUNNERS_STOP_WAIT: Duration = Duration::from_secs(20);
 
 /// Starts the pool node and serves until stopped.
 pub fn main(args: PoolArgs) -> anyhow::Result<ExitCode> {
@@ -124,6 +169,10 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
     // Caught before the pool file appears: whoever sees the file may stop
     // the pool at once, and it must still remove its file.
     signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
+    // Requests may come as soon as the node listens; the service starts
+    // once the pool file is written, since the runners it may restart
+    // join with it.
+    let jobs: Arc<OnceLock<JobService>> = Arc::default();
     let config = NodeConfig {
         listen: listen.clone(),
         key: Some(key),
@@ -132,6 +181,7 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         role: "pool".into(),
         host: executors::probe::hostname(),
         identity: Some(identity),
+        app_handler: Some(job_requests(Arc::clone(&jobs))),
         ..NodeConfig::default()
     };
     let node = start_node(config, state.last_listen())?;
@@ -154,6 +204,9 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         started: journal::unix_seconds(std::time::SystemTime::now()),
     };
     file.save(&args.pool_file)?;
+    let service_config = ServiceConfig::new(state.path(), &args.pool_file, args.max_jobs)?;
+    let service = JobService::start(service_config)?;
+    let jobs = jobs.get_or_init(|| service);
     println!("pool listening on:");
     for address in &file.addresses {
         println!("  {address}");
@@ -172,6 +225,9 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
             members = now;
         }
     }
+    // Before leaving: a runner that stops tells the agents to kill its
+    // commands, and leaves the pool node with a goodbye.
+    jobs.stop(RUNNERS_STOP_WAIT);
     eprintln!(
         "stopping: leaving the pool and removing {}",
         args.pool_file.display()
@@ -181,6 +237,18 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
     node.leave();
     drop(claim);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pool node's answer to app requests: the job service's requests,
+/// once the service has started.
+fn job_requests(jobs: Arc<OnceLock<JobService>>) -> AppHandler {
+    Arc::new(move |request: AppRequest| {
+        let Some(jobs) = jobs.get() else {
+            return Err("the pool node's job service is starting; try again".to_string());
+        };
+        let request: ServiceRequest = service::decode(&request.body)?;
+        jobs.handle(request).map(|answer| service::encode(&answer))
+    })
 }
 
 /// Starts the pool node. When `config` asks for port 0, the port of the
