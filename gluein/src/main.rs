@@ -44,6 +44,19 @@ enum Command {
     Relabel(commands::relabel::RelabelArgs),
     /// Submit pilot jobs that start agents (Slurm, PBS, ssh, local); list, cancel.
     Glidein(commands::glidein::GlideinArgs),
+    /// Hand a graph to the pool as a job, and return at once: the pool
+    /// node runs it on the agents, and it survives this shell.
+    Submit(commands::submit::SubmitArgs),
+    /// List the pool's jobs: state, activity counts and times.
+    Jobs(commands::jobs::JobsArgs),
+    /// Show one job of the pool, with the state of each of its activities.
+    Job(commands::jobs::JobArgs),
+    /// Wait until jobs of the pool end: exit 0 if all succeeded, 1 if any
+    /// failed or was cancelled.
+    Wait(commands::wait::WaitArgs),
+    /// Cancel a job of the pool: queued work never starts, running
+    /// commands are killed on the agents.
+    Cancel(commands::cancel::CancelArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,12 +67,17 @@ fn main() -> ExitCode {
     // must stay an error (see exit_quietly_on_broken_pipe).
     let talks_to_peers = match &cli.command {
         Command::Run(args) => args.joins_a_pool(),
-        Command::Pool(_) | Command::Agent(_) | Command::Status(_) | Command::Relabel(_) => true,
-        Command::Report(_)
-        | Command::Runs(_)
-        | Command::Output(_)
-        | Command::Probe(_)
-        | Command::Glidein(_) => false,
+        Command::Report(args) => args.asks_a_pool(),
+        Command::Pool(_)
+        | Command::Agent(_)
+        | Command::Status(_)
+        | Command::Relabel(_)
+        | Command::Submit(_)
+        | Command::Jobs(_)
+        | Command::Job(_)
+        | Command::Wait(_)
+        | Command::Cancel(_) => true,
+        Command::Runs(_) | Command::Output(_) | Command::Probe(_) | Command::Glidein(_) => false,
     };
     if !talks_to_peers {
         gluein::cli::exit_quietly_on_broken_pipe();
@@ -75,6 +93,11 @@ fn main() -> ExitCode {
         Command::Status(args) => commands::status::main(args),
         Command::Relabel(args) => commands::relabel::main(args),
         Command::Glidein(args) => commands::glidein::main(args),
+        Command::Submit(args) => commands::submit::main(args),
+        Command::Jobs(args) => commands::jobs::jobs_main(args),
+        Command::Job(args) => commands::jobs::job_main(args),
+        Command::Wait(args) => commands::wait::main(args),
+        Command::Cancel(args) => commands::cancel::main(args),
     };
     match outcome {
         Ok(code) => code,

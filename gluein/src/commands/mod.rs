@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub mod agent;
+pub mod cancel;
 pub mod glidein;
+pub mod jobs;
 pub mod output;
 pub mod pool;
 pub mod probe;
@@ -10,6 +12,8 @@ pub mod report;
 pub mod run;
 pub mod runs;
 pub mod status;
+pub mod submit;
+pub mod wait;
 
 use anyhow::Context as _;
 use constellation::Context;
@@ -55,6 +59,35 @@ fn observe(
     role: &str,
     timeout: std::time::Duration,
 ) -> anyhow::Result<constellation::net::Node> {
+    use std::time::{Duration, Instant};
+    let node = join_as_observer(address, role, timeout)?;
+    // The pool node's welcome names every member it knows, and they come
+    // in one by one: wait until the count holds still for a moment.
+    let settle = Duration::from_millis(300);
+    let give_up = Instant::now() + Duration::from_secs(3);
+    let mut known = node.members().len();
+    let mut since = Instant::now();
+    while since.elapsed() < settle && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = node.members().len();
+        if now != known {
+            known = now;
+            since = Instant::now();
+        }
+    }
+    Ok(node)
+}
+
+/// Joins the pool `pool` as an observer described as `role`, and waits
+/// for the pool node itself to be a member, at most `timeout`, or until
+/// SIGINT or SIGTERM where the command catches them. The other members
+/// may still be coming in: enough for a command that only asks the pool
+/// node.
+fn join_as_observer(
+    address: &PoolAddress,
+    role: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<constellation::net::Node> {
     use constellation::net::{Node, NodeConfig};
     use std::time::{Duration, Instant};
     let pool = &address.pool;
@@ -80,23 +113,94 @@ fn observe(
                 why_not_joined(&node)
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The pool node's welcome names every member it knows, and they come
-    // in one by one: wait until the count holds still for a moment.
-    let settle = Duration::from_millis(300);
-    let give_up = Instant::now() + Duration::from_secs(3);
-    let mut known = node.members().len();
-    let mut since = Instant::now();
-    while since.elapsed() < settle && Instant::now() < give_up {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = node.members().len();
-        if now != known {
-            known = now;
-            since = Instant::now();
+        if gluein::signals::stop_requested() {
+            anyhow::bail!("stopped (SIGINT or SIGTERM) before the pool {pool} was reached");
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
     Ok(node)
+}
+
+/// Asks the job service of the pool at `address` once: joins as an
+/// observer (waiting at most `timeout` for the pool node), asks (at most
+/// `timeout` for the answer) and leaves. The error of a refusal is the
+/// service's own words, e.g. that there is no such job.
+pub(crate) fn ask_pool(
+    address: &PoolAddress,
+    request: &gluein::service::ServiceRequest,
+    timeout: std::time::Duration,
+) -> anyhow::Result<gluein::service::ServiceResponse> {
+    let role = match request {
+        gluein::service::ServiceRequest::Submit(_) => "submit",
+        gluein::service::ServiceRequest::Cancel { .. } => "cancel",
+        _ => "jobs",
+    };
+    let node = join_as_observer(address, role, timeout)?;
+    let answer = ask_master(&node, request, timeout);
+    node.leave();
+    Ok(answer?)
+}
+
+/// Why a request to the pool node's job service got no answer it could use.
+#[derive(Debug)]
+pub(crate) enum ServiceError {
+    /// The service refused it (an unknown job, a bad graph path, a pool
+    /// node without a job service): its reason. Asking again changes
+    /// nothing.
+    Refused(String),
+    /// No answer: the pool node is gone or did not answer in time, or
+    /// answered with something this build cannot read. Asking again later
+    /// may work.
+    NoAnswer(String),
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServiceError::Refused(reason) => f.write_str(reason),
+            ServiceError::NoAnswer(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+/// Asks the job service on `node`'s pool node, waiting at most `timeout`
+/// for the answer.
+pub(crate) fn ask_master(
+    node: &constellation::net::Node,
+    request: &gluein::service::ServiceRequest,
+    timeout: std::time::Duration,
+) -> Result<gluein::service::ServiceResponse, ServiceError> {
+    use constellation::net::NodeError;
+    use gluein::service::{decode, encode};
+    let Some(master) = node.master() else {
+        return Err(ServiceError::NoAnswer(
+            "the pool node is gone (no member sees it any more)".to_string(),
+        ));
+    };
+    match node.ask_app(master.node, encode(request), timeout) {
+        Ok(bytes) => decode(&bytes).map_err(|error| {
+            ServiceError::NoAnswer(format!("the pool node's answer is unreadable: {error}"))
+        }),
+        Err(NodeError::Refused { reason, .. }) => Err(ServiceError::Refused(reason)),
+        Err(NodeError::NoAnswer { reason, .. }) => Err(ServiceError::NoAnswer(format!(
+            "no answer from the pool node within {} s: {reason}",
+            timeout.as_secs()
+        ))),
+        Err(error) => Err(ServiceError::NoAnswer(format!(
+            "cannot ask the pool node: {error}"
+        ))),
+    }
+}
+
+/// An answer of the wrong kind, as an error that names both kinds: a pool
+/// node of another build, or a bug.
+pub(crate) fn unexpected_answer(
+    wanted: &str,
+    answer: &gluein::service::ServiceResponse,
+) -> anyhow::Error {
+    anyhow::anyhow!("the pool node answered with {answer:?} where {wanted} was expected")
 }
 
 /// Why `node` has not reached its pool node (for an agent, `run --pool`, `status` and `relabel`): the last failed dial that got furthest, or what it did reach.

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::bail;
 use clap::Args;
 use gluein::report::{plot, Report};
+use gluein::service::{ServiceRequest, ServiceResponse};
 use journal::Journal;
 
 /// Arguments of `constellation report`.
@@ -13,10 +15,26 @@ use journal::Journal;
 Examples:
   constellation report constellation-runs/pipeline-20261121T101500Z/journal.db
   constellation report run.db --plot util.png      # or util.svg
-  constellation report run.db --run 1 --json")]
+  constellation report run.db --run 1 --json
+  constellation report --job 3 --plot job3.svg          # a job submitted to the pool
+  constellation report --pool ~/pools/vu.json --job 3
+
+With --job, the job's journal is asked of the pool's job service and read
+where the pool node keeps it (a file system this machine shares).")]
 pub struct ReportArgs {
     /// The run's journal, as `constellation run` printed it.
-    journal: PathBuf,
+    #[arg(required_unless_present = "job", conflicts_with = "job")]
+    journal: Option<PathBuf>,
+    /// Report on this job of the pool (`constellation submit`) instead of
+    /// a journal named here.
+    #[arg(long, value_name = "ID")]
+    job: Option<u64>,
+    /// With --job: the pool, and its key.
+    #[command(flatten)]
+    address: super::PoolAddress,
+    /// With --job: how long to wait for the pool, and for its answer.
+    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
+    timeout: std::time::Duration,
     /// Which run of the journal (1 is the first, each resume adds one).
     /// Default: the latest.
     #[arg(long)]
@@ -30,9 +48,22 @@ pub struct ReportArgs {
     json: bool,
 }
 
+impl ReportArgs {
+    /// Whether the report asks the pool for a job's journal (`--job`), and
+    /// so talks to other nodes over the network.
+    pub fn asks_a_pool(&self) -> bool {
+        self.job.is_some()
+    }
+}
+
 /// Prints the report, and draws the plot if asked.
 pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let journal = Journal::open_read_only(&args.journal)?;
+    let path = match (&args.journal, args.job) {
+        (Some(path), _) => path.clone(),
+        (None, Some(id)) => job_journal(&args, id)?,
+        (None, None) => bail!("give a journal, or --job ID for a job of the pool"),
+    };
+    let journal = Journal::open_read_only(&path)?;
     let report = Report::from_journal(&journal, args.run)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -44,4 +75,17 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
         eprintln!("plot: {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The journal of job `id`, as the pool's job service names it. A queued
+/// job has none yet.
+fn job_journal(args: &ReportArgs, id: u64) -> anyhow::Result<PathBuf> {
+    let job = match super::ask_pool(&args.address, &ServiceRequest::Job { id }, args.timeout)? {
+        ServiceResponse::Job { job } => job,
+        other => return Err(super::unexpected_answer("a job", &other)),
+    };
+    if !job.journal.exists() && job.state == gluein::service::JobState::Queued {
+        bail!("job {id} ({}) is queued: nothing has run yet", job.name);
+    }
+    Ok(job.journal)
 }
