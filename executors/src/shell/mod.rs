@@ -70,8 +70,8 @@ use serde::{Deserialize, Serialize};
 pub use mpi_program::{MpiLauncher, MpiProgram};
 pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
 pub use running::{
-    cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, running_count,
-    running_from, stop_starting, stopped, waiting_to_retry, Cancelled,
+    cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, restore_origin,
+    running_count, running_from, stop_starting, stopped, waiting_to_retry, Cancelled,
 };
 pub use spec::{
     default_output_dir, output_folder_name, Capture, Program, RetryOn, RetryPolicy, ShellSpec,

@@ -254,6 +254,17 @@ pub fn origin_cancelled(origin: NodeId) -> bool {
     running().cancelled.contains(&origin)
 }
 
+/// Lets the work of `origin` run here again after a [`cancel_origin`]:
+/// for a node that was taken for dead and came back, whose later work must
+/// not end unstarted. What the cancel killed stays killed. `false` if the
+/// origin was not cancelled.
+pub fn restore_origin(origin: NodeId) -> bool {
+    let mut running = running();
+    let before = running.cancelled.len();
+    running.cancelled.retain(|&o| o != origin);
+    running.cancelled.len() != before
+}
+
 /// How many activities of `origin`'s work this process holds now: commands
 /// running, and activities waiting to retry. Activities queued but not
 /// started are not known here.
@@ -387,5 +398,9 @@ mod tests {
         assert!(!origin_cancelled(first), "the oldest is forgotten");
         assert!(later.iter().all(|&o| origin_cancelled(o)));
         assert!(running().cancelled.len() <= CANCELLED_ORIGINS);
+        assert!(restore_origin(later[0]));
+        assert!(!origin_cancelled(later[0]));
+        assert!(!restore_origin(later[0]), "restored once");
+        assert!(origin_cancelled(later[1]));
     }
 }
