@@ -22,16 +22,36 @@
 //! - SIGINT or SIGTERM (a batch system cancelling the pilot): it stops
 //!   taking work, lets what runs finish or die with it, and leaves; work it
 //!   took but did not finish runs again on other agents.
+//!
+//! An agent drops a runner's work, and only that runner's, in two cases
+//! ([`executors::shell::cancel_origin`]: commands killed with their process
+//! groups, results marked cancelled, nothing of that work started after):
+//! - the runner asks (a [`ServiceRequest::KillOrigin`] app request, which
+//!   a stopping `run --pool` sends every agent, so that its commands die
+//!   and their attempts reach its journal before it leaves);
+//! - the runner is gone without asking (killed, its host lost): a member
+//!   this agent runs commands for leaves its view of the pool and stays
+//!   away for [`GONE_CONFIRM`]. Its results have nobody to go to. Members
+//!   do not say here whether they are runners (`MemberView` carries no
+//!   role), so the test is the work itself: only a gone member whose
+//!   commands run here (or wait to retry) is acted on, never the pool
+//!   node (which comes back, `--reconnect`), and each once. Its work
+//!   queued here but not started yet is not seen until then; once the
+//!   origin is cancelled, it ends unstarted too. A member taken for dead
+//!   that comes back has its later work run again.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use constellation::net::{MasterState, Node, NodeConfig};
-use constellation::Pool;
+use constellation::net::{AppHandler, AppRequest, MasterState, Node, NodeConfig};
+use constellation::{NodeId, Pool};
 use executors::probe::Hardware;
 use gluein::poolfile;
+use gluein::service::{self, ServiceRequest, ServiceResponse};
 use gluein::signals;
 use timefmt::parse_duration;
 
@@ -145,6 +165,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         role: "agent".into(),
         host: hardware.hostname.clone(),
         deadline: args.walltime.map(|walltime| started + walltime),
+        app_handler: Some(kill_origin_requests()),
         ..NodeConfig::default()
     };
     let context = hardware.executor_context(&user, false);
@@ -252,12 +273,117 @@ impl PoolWatch {
     }
 }
 
+/// How long a command of a cancelled run may take to end after its
+/// `SIGTERM`, before it gets `SIGKILL`.
+const CANCEL_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a member must stay out of this agent's view of the pool before
+/// its work here is dropped: on top of the failure detection that took it
+/// out (about 7.5 s of silence), so that a member only briefly away keeps
+/// its commands.
+const GONE_CONFIRM: Duration = Duration::from_secs(2);
+
+/// The app requests an agent answers: [`ServiceRequest::KillOrigin`] only.
+/// The answer is [`ServiceResponse::Killed`]; anything else is refused
+/// with a reason.
+fn kill_origin_requests() -> AppHandler {
+    Arc::new(|request: AppRequest| {
+        let ServiceRequest::KillOrigin { origin } = service::decode(&request.body)? else {
+            return Err("an agent answers only kill-origin requests".to_string());
+        };
+        let origin = executors::shell::parse_origin(&origin)?;
+        let done = executors::shell::cancel_origin(origin, CANCEL_GRACE);
+        eprintln!(
+            "agent: {} asked to cancel the work of run {origin}: killed {} command(s), \
+             dropped {} retry(ies); none of its work starts here any more",
+            request.from, done.running, done.not_started
+        );
+        Ok(service::encode(&ServiceResponse::Killed {
+            running: done.running,
+            not_started: done.not_started,
+        }))
+    })
+}
+
+/// Watches the other members for one that is gone while this agent runs its
+/// commands, and cancels that member's work here (see the module's notes).
+#[derive(Default)]
+struct GoneMembers {
+    /// Members in view at the last look; `true` for the pool node.
+    in_view: HashMap<NodeId, bool>,
+    /// Members out of view since when, not yet acted on.
+    away_since: HashMap<NodeId, Instant>,
+    /// Origins this agent cancelled by itself, to restore if they come back.
+    cancelled: HashMap<NodeId, Instant>,
+}
+
+/// How many self-cancelled origins an agent remembers, to restore one that
+/// comes back: the oldest is forgotten first.
+const REMEMBERED_CANCELS: usize = 1024;
+
+impl GoneMembers {
+    /// Looks at the members once.
+    fn check(&mut self, node: &Node) {
+        let now = Instant::now();
+        let members = node.members();
+        for member in &members {
+            self.away_since.remove(&member.node);
+            if self.in_view.insert(member.node, member.master).is_none()
+                && self.cancelled.remove(&member.node).is_some()
+                && executors::shell::restore_origin(member.node)
+            {
+                eprintln!(
+                    "agent: member {} is back; its new work runs here again",
+                    member.node
+                );
+            }
+        }
+        let gone: Vec<(NodeId, bool)> = (self.in_view.iter())
+            .filter(|(id, _)| !members.iter().any(|m| m.node == **id))
+            .map(|(&id, &master)| (id, master))
+            .collect();
+        for (id, master) in gone {
+            let since = *self.away_since.entry(id).or_insert(now);
+            if now.duration_since(since) < GONE_CONFIRM {
+                continue;
+            }
+            self.in_view.remove(&id);
+            self.away_since.remove(&id);
+            if master {
+                // The pool node: PoolWatch waits for it to come back.
+                continue;
+            }
+            let held = executors::shell::running_from(id);
+            if held == 0 {
+                continue;
+            }
+            let done = executors::shell::cancel_origin(id, CANCEL_GRACE);
+            if self.cancelled.len() >= REMEMBERED_CANCELS {
+                if let Some(oldest) = (self.cancelled.iter())
+                    .min_by_key(|(_, &at)| at)
+                    .map(|(&id, _)| id)
+                {
+                    self.cancelled.remove(&oldest);
+                }
+            }
+            self.cancelled.insert(id, now);
+            eprintln!(
+                "agent: member {id} left or was declared dead while {held} of its activities \
+                 ran here; its results have nobody to go to, so its work is cancelled: \
+                 killed {} command(s), dropped {} retry(ies)",
+                done.running, done.not_started
+            );
+        }
+    }
+}
+
 fn serve(node: &Node, args: &AgentArgs, started: Instant) -> Leaving {
     let mut idle_since = Instant::now();
     let mut watch = PoolWatch {
         reconnect: args.reconnect,
         gone_since: None,
     };
+    let mut members = GoneMembers::default();
     loop {
         std::thread::sleep(TICK);
         if signals::stop_requested() {
@@ -266,6 +392,7 @@ fn serve(node: &Node, args: &AgentArgs, started: Instant) -> Leaving {
         if let Some(why) = watch.check(node, &args.address.pool) {
             return why;
         }
+        members.check(node);
         let pool = node.pool();
         if pool.outstanding() > 0 {
             idle_since = Instant::now();
