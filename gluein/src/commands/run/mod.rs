@@ -9,9 +9,11 @@
 //! is gone for longer than `--reconnect`: it starts no more commands,
 //! kills the ones this process runs (whole process groups) and journals
 //! each as an attempt that the stop ended, leaving its activity pending;
-//! then it marks the run `interrupted` and leaves its pool with a goodbye,
-//! so that no member declares it dead. A resume runs what did not finish,
-//! with nothing of this run still running beside it.
+//! on a pool it first asks every agent to do the same with the commands of
+//! its activities there, whose reports come back marked cancelled and are
+//! journaled alike; then it marks the run `interrupted` and leaves its
+//! pool with a goodbye, so that no member declares it dead. A resume runs
+//! what did not finish, with nothing of this run still running beside it.
 
 mod census;
 pub(crate) mod pool;
@@ -31,6 +33,7 @@ use constellation::collect::MultiEventCollector;
 use constellation::net::Node;
 use constellation::{ActivityId, Context, ContextList, NodeId};
 use executors::shell::{Capture, ShellOutcome};
+use gluein::service::{ServiceRequest, ServiceResponse};
 use gluein::signals::OnStop;
 use graph::{Coordinator, Graph, NodeReport, Relabel, ReleasedCounts, COORDINATOR_LABEL};
 use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
@@ -348,12 +351,19 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         progress.finish(&recorder.tally);
         if let Some(stop) = &stop {
             eprintln!("{}", stop.stopping());
+            // The agents kill this run's commands too, asked first so that
+            // their grace runs alongside this process's.
+            let on_agents = match &runner {
+                Runner::Node(node) => cancel_on_agents(node),
+                Runner::Local(_) => 0,
+            };
             let killed = executors::shell::kill_all_running(KILL_GRACE);
             recorder.killed(&killed);
+            recorder.cancelled_awaited += on_agents;
             // Each killed command's report is on its way: wait for them, so
             // that every execution is an attempt in the journal.
             let deadline = Instant::now() + KILLED_REPORTS_WAIT;
-            while !recorder.awaited.is_empty() && Instant::now() < deadline {
+            while recorder.awaiting() && Instant::now() < deadline {
                 let Some(batch) = reports.next_batch(Duration::from_millis(50))? else {
                     break;
                 };
@@ -361,11 +371,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                     recorder.take(&graph, event_report(event)?);
                 }
             }
-            if !recorder.awaited.is_empty() {
+            if recorder.awaiting() {
                 eprintln!(
                     "warning: {} killed command(s) did not report within {} s; \
                      the journal has no attempt for them",
-                    recorder.awaited.len(),
+                    recorder.awaited.len() + recorder.cancelled_awaited,
                     KILLED_REPORTS_WAIT.as_secs()
                 );
             }
@@ -463,6 +473,76 @@ const KILLED_REPORTS_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a stopping run waits to have left its pool.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a stopping run waits for each agent's answer to its request to
+/// kill the run's commands there.
+const KILL_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many agents a stopping run asks at once.
+const KILL_REQUESTS_AT_ONCE: usize = 32;
+
+/// Asks every agent of the pool to kill the commands of this run's
+/// activities and to start none of them any more
+/// ([`ServiceRequest::KillOrigin`], this node being their origin). Returns
+/// how many activities will report because of it (killed commands, and
+/// dropped retries reporting their failed attempt), each marked cancelled.
+/// An agent that does not answer within [`KILL_REQUEST_TIMEOUT`] or refuses
+/// is named in a warning: the stop goes on without it.
+fn cancel_on_agents(node: &Node) -> usize {
+    let agents: Vec<NodeId> = (pool::agents_of(node))
+        .filter(|member| !member.master)
+        .map(|member| member.node)
+        .collect();
+    if agents.is_empty() {
+        return 0;
+    }
+    let request = gluein::service::encode(&ServiceRequest::KillOrigin {
+        origin: executors::shell::origin_text(node.node_id()),
+    });
+    let (mut killed, mut dropped) = (0, 0);
+    for group in agents.chunks(KILL_REQUESTS_AT_ONCE) {
+        let answers: Vec<(NodeId, Result<ServiceResponse, String>)> = std::thread::scope(|scope| {
+            let asking: Vec<_> = (group.iter())
+                .map(|&agent| {
+                    let request = request.clone();
+                    scope.spawn(move || {
+                        let answer = node
+                            .ask_app(agent, request, KILL_REQUEST_TIMEOUT)
+                            .map_err(|error| error.to_string())
+                            .and_then(|bytes| gluein::service::decode(&bytes));
+                        (agent, answer)
+                    })
+                })
+                .collect();
+            (asking.into_iter())
+                .filter_map(|asked| asked.join().ok())
+                .collect()
+        });
+        for (agent, answer) in answers {
+            match answer {
+                Ok(ServiceResponse::Killed {
+                    running,
+                    not_started,
+                }) => {
+                    killed += running;
+                    dropped += not_started;
+                }
+                Ok(other) => eprintln!(
+                    "warning: agent {agent} answered the request to kill this run's commands \
+                     with {other:?}"
+                ),
+                Err(error) => eprintln!(
+                    "warning: could not have agent {agent} kill this run's commands: {error}"
+                ),
+            }
+        }
+    }
+    eprintln!(
+        "asked {} agent(s) to kill this run's commands: {killed} killed, {dropped} retries dropped",
+        agents.len()
+    );
+    killed + dropped
+}
 
 /// Why a run stopped before its graph was done.
 enum Stop {
@@ -568,6 +648,9 @@ struct Recorder {
     /// Once the run stops: the shell activities whose commands it killed
     /// and whose reports have not come yet.
     awaited: HashSet<ActivityId>,
+    /// Once the run stops: how many reports marked cancelled the agents
+    /// said would come (commands they killed for this run), and have not.
+    cancelled_awaited: usize,
     /// Whether the run has stopped: a command killed by a signal from then
     /// on was killed by the stop (the run's own kill, or the signal that
     /// stopped the run reaching its commands too).
@@ -588,6 +671,7 @@ impl Recorder {
             names,
             updates: Vec::new(),
             awaited: HashSet::new(),
+            cancelled_awaited: 0,
             stopped: false,
             interrupted: HashSet::new(),
             nodes_seen: HashSet::new(),
@@ -601,6 +685,11 @@ impl Recorder {
         self.awaited.extend(killed.iter().copied());
     }
 
+    /// Whether reports of commands the stop killed are still to come.
+    fn awaiting(&self) -> bool {
+        !self.awaited.is_empty() || self.cancelled_awaited > 0
+    }
+
     /// Counts and records one report.
     fn take(&mut self, graph: &Graph, report: NodeReport) {
         let stopped = self.stopped || gluein::signals::stop_requested();
@@ -610,7 +699,15 @@ impl Recorder {
                     self.new_nodes.push((result.node, result.host.clone()));
                 }
                 let killed = self.awaited.remove(&result.activity);
-                killed || (stopped && matches!(result.outcome, ShellOutcome::Signalled { .. }))
+                // Killed (or its retry dropped) on an agent, which this
+                // run asked to cancel its work.
+                let cancelled = result.cancelled.is_some();
+                if cancelled {
+                    self.cancelled_awaited = self.cancelled_awaited.saturating_sub(1);
+                }
+                killed
+                    || (cancelled && !result.is_success())
+                    || (stopped && matches!(result.outcome, ShellOutcome::Signalled { .. }))
             }
             // Cancelled because of a command the stop killed: it runs on
             // resume, like the killed one.
