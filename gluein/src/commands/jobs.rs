@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use gluein::service::{JobState, JobSummary, ServiceRequest, ServiceResponse};
-use journal::Journal;
+use journal::{Journal, JournalError};
 use serde::Serialize;
 
 use super::{ask_pool, unexpected_answer, PoolAddress};
@@ -168,10 +168,11 @@ pub fn job_main(args: JobArgs) -> anyhow::Result<ExitCode> {
         ServiceResponse::Job { job } => job,
         other => return Err(unexpected_answer("a job", &other)),
     };
-    // A queued job has no journal yet; any other must have one.
-    let activities = match job.state {
-        JobState::Queued if !job.journal.exists() => Ok(Vec::new()),
-        _ => activities(&job.journal),
+    // A queued job has no journal yet, and one whose runner has just
+    // started may have none, or an empty file, for a moment.
+    let activities = match activities(&job.journal) {
+        Err(error) if !job.state.is_final() && not_made_yet(&error) => Ok(Vec::new()),
+        read => read,
     };
     let (activities, problem) = match activities {
         Ok(activities) => (activities, None),
@@ -194,6 +195,15 @@ pub fn job_main(args: JobArgs) -> anyhow::Result<ExitCode> {
         ),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Whether `error` says the journal is not there yet, or not yet made
+/// (its runner creates it).
+fn not_made_yet(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<JournalError>(),
+        Some(JournalError::Missing(_) | JournalError::NotAJournal { .. })
+    )
 }
 
 /// Every activity of the journal at `path`, with its attempts in every run.
@@ -254,8 +264,10 @@ fn render_job(job: &JobSummary, activities: &[ActivityJson]) -> String {
         out.push_str(&format!("  {field:<11}{value}\n"));
     }
     if activities.is_empty() {
-        if job.state == JobState::Queued {
-            out.push_str("\n(queued: no activity has run yet)\n");
+        match job.state {
+            JobState::Queued => out.push_str("\n(queued: no activity has run yet)\n"),
+            JobState::Running => out.push_str("\n(its runner is starting)\n"),
+            _ => {}
         }
         return out;
     }

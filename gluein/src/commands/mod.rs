@@ -59,10 +59,18 @@ fn observe(
     role: &str,
     timeout: std::time::Duration,
 ) -> anyhow::Result<constellation::net::Node> {
-    use std::time::{Duration, Instant};
     let node = join_as_observer(address, role, timeout)?;
-    // The pool node's welcome names every member it knows, and they come
-    // in one by one: wait until the count holds still for a moment.
+    settle_members(&node);
+    Ok(node)
+}
+
+/// Waits until `node`, which has just met its pool node, knows the
+/// members the pool node knows: the pool node's welcome names them, and
+/// they come in one by one, so until their count has held still for a
+/// moment (at most 3 s). A node that looks at the agents (`status`,
+/// `submit`, a runner checking what they offer) must not look earlier.
+fn settle_members(node: &constellation::net::Node) {
+    use std::time::{Duration, Instant};
     let settle = Duration::from_millis(300);
     let give_up = Instant::now() + Duration::from_secs(3);
     let mut known = node.members().len();
@@ -75,7 +83,6 @@ fn observe(
             since = Instant::now();
         }
     }
-    Ok(node)
 }
 
 /// Joins the pool `pool` as an observer described as `role`, and waits
@@ -185,7 +192,7 @@ pub(crate) fn ask_master(
         }),
         Err(NodeError::Refused { reason, .. }) => Err(ServiceError::Refused(reason)),
         Err(NodeError::NoAnswer { reason, .. }) => Err(ServiceError::NoAnswer(format!(
-            "no answer from the pool node within {} s: {reason}",
+            "the pool node did not answer (waiting at most {} s): {reason}",
             timeout.as_secs()
         ))),
         Err(error) => Err(ServiceError::NoAnswer(format!(

@@ -91,6 +91,10 @@ pub(super) fn join_pool(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The agents the pool node knows, before counting them or checking
+    // what they offer: a runner that asks for no agent (a job's runner
+    // asks for none) would otherwise find none yet, and refuse its graph.
+    super::super::settle_members(&node);
     loop {
         let agents = agents_of(&node).count();
         if agents >= args.wait_agents {

@@ -1,0 +1,594 @@
+//! The pool as a service, as real processes on loopback: graphs submitted
+//! with `constellation submit` run as jobs on the pool node, shared by the
+//! rule `pool start --help` states; `wait` ends with the jobs (0 when all
+//! succeeded, 1 otherwise), or with exit status 2 and a clear message when
+//! the pool node is gone, unless `--reconnect` waits for its restart;
+//! `cancel` kills a job's commands on the agents and records what did not
+//! finish as cancelled; work no agent offers is refused unless the
+//! submitter asks to wait for its labels.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{alive, log, scratch, spawn, spawn_agent, start_pool_with, text, wait_exit, Guard};
+use journal::{ActivityState, Journal};
+
+/// How long a command of this test may take, on a loaded machine.
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long jobs may take to end.
+const JOBS_LIMIT: Duration = Duration::from_secs(240);
+
+/// How long a log line, a file or an exit may take to appear.
+const SEEN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Kills, when the test ends, every process that works for the test's
+/// scratch directory: the pool node's job runners run in process groups
+/// of their own and outlive a pool node killed with SIGKILL, and so do
+/// the commands an agent started. Found in /proc by their working
+/// directory or their command line; each is killed by its pid.
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let dir = self.0.to_string_lossy().into_owned();
+        let me = std::process::id() as i32;
+        for pid in processes_of(&dir) {
+            if pid != me {
+                // SAFETY: sending a signal to a process of this test.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Live processes whose working directory is `dir` (or below), or whose
+/// command line names it.
+fn processes_of(dir: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| cwd.to_string_lossy().starts_with(dir));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(dir));
+            (cwd || cmdline) && alive(pid)
+        })
+        .collect()
+}
+
+/// A scratch directory for the test, swept of its processes when the test
+/// ends (declared first, so that it is dropped last).
+fn setup(name: &str) -> (PathBuf, Sweep) {
+    let dir = scratch(name);
+    let sweep = Sweep(dir.clone());
+    (dir, sweep)
+}
+
+/// Starts a loopback pool in `dir` with `extra` arguments, logging to
+/// `dir/LOG`.
+fn start_pool(dir: &Path, extra: &[&str], log_name: &str) -> Guard {
+    start_pool_with(dir, extra, log_name)
+}
+
+/// Starts an agent of `executors` executors labelled `worker` and waits
+/// until it has joined the pool.
+fn start_agent(dir: &Path, executors: usize) -> Guard {
+    let agent = spawn_agent(dir, executors, "worker", &["--reconnect", "10m"]);
+    wait_for_log(dir, "worker.log", "joined with");
+    agent
+}
+
+/// Waits until `dir/LOG` contains `wanted`, at most [`SEEN_LIMIT`].
+fn wait_for_log(dir: &Path, log_name: &str, wanted: &str) {
+    let deadline = Instant::now() + SEEN_LIMIT;
+    while !log(dir, log_name).contains(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "{log_name} never said {wanted:?} within {SEEN_LIMIT:?}: {}",
+            log(dir, log_name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `constellation ARGS` in `dir`, to completion within [`COMMAND_LIMIT`]
+/// (killed and reported otherwise).
+fn run(dir: &Path, args: &[&str]) -> Output {
+    run_within(dir, args, COMMAND_LIMIT)
+}
+
+/// `constellation ARGS` in `dir`, to completion within `limit`.
+fn run_within(dir: &Path, args: &[&str], limit: Duration) -> Output {
+    let child = common::constellation(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start constellation");
+    finish(child, limit, &format!("constellation {}", args.join(" ")))
+}
+
+/// Waits for `child` to exit within `limit` and returns its output; kills
+/// it and fails the test if it does not.
+fn finish(mut child: std::process::Child, limit: Duration, what: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!("{what} did not end within {limit:?}: {}", text(&output));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// A graph file `dir/NAME.toml` of `count` activities running the shell
+/// script `command`.
+fn graph(dir: &Path, name: &str, count: usize, command: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[[activity]]\nid = \"{name}-{{n}}\"\nfor = {{ n = \"1..={count}\" }}\n\
+             script = \"{command}\"\n"
+        ),
+    )
+    .expect("graph file");
+    path
+}
+
+/// Submits `graph` to the pool of `dir/pool.json` with `extra` arguments
+/// and returns the job's id.
+fn submit(dir: &Path, graph: &Path, extra: &[&str]) -> u64 {
+    let graph = graph.to_str().expect("UTF-8 path");
+    let args = [
+        &["submit", graph, "--pool", "pool.json", "--json"][..],
+        extra,
+    ]
+    .concat();
+    let output = run(dir, &args);
+    assert!(output.status.success(), "submit: {}", text(&output));
+    submitted_id(&output)
+}
+
+/// The id in the `--json` output of `submit`.
+fn submitted_id(output: &Output) -> u64 {
+    let json: serde_json::Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(output)));
+    json["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no id: {}", text(output)))
+}
+
+/// The job as `job ID --json` shows it.
+fn job(dir: &Path, id: u64) -> serde_json::Value {
+    let id = id.to_string();
+    let output = run(dir, &["job", &id, "--pool", "pool.json", "--json"]);
+    assert!(output.status.success(), "job {id}: {}", text(&output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output)))
+}
+
+/// `wait IDS --pool pool.json` with `extra` arguments, to completion.
+fn wait(dir: &Path, ids: &[u64], extra: &[&str]) -> Output {
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let args = [&["wait"][..], &ids, &["--pool", "pool.json"], extra].concat();
+    run_within(dir, &args, JOBS_LIMIT)
+}
+
+/// (first start, last end) of the attempts in the journal at `path`, with
+/// every attempt's start: when the job ran on the agents.
+fn attempt_times(path: &Path) -> (f64, f64) {
+    let journal = Journal::open_read_only(path).expect("the job's journal");
+    let attempts = journal.attempts(None).expect("attempts");
+    assert!(!attempts.is_empty(), "no attempts in {}", path.display());
+    let first = attempts
+        .iter()
+        .map(|a| a.started)
+        .fold(f64::INFINITY, f64::min);
+    let last = attempts.iter().map(|a| a.ended).fold(0.0, f64::max);
+    (first, last)
+}
+
+/// The exit status of `guard`'s process within `limit`, or a failure that
+/// shows its log.
+fn exited(guard: &mut Guard, limit: Duration, dir: &Path, log_name: &str) -> ExitStatus {
+    wait_exit(guard, limit).unwrap_or_else(|| {
+        panic!(
+            "{log_name}: the process did not exit within {limit:?}: {}",
+            log(dir, log_name)
+        )
+    })
+}
+
+#[test]
+fn three_jobs_submitted_at_once_share_the_pool_two_at_a_time() {
+    let (dir, _sweep) = setup("jobs-three-at-once");
+    let _pool = start_pool(&dir, &["--max-jobs", "2"], "pool.log");
+    let _agent = start_agent(&dir, 2);
+    let graphs: Vec<PathBuf> = ["a", "b", "c"]
+        .iter()
+        // Each alone would keep both executors busy for 8 s: time enough
+        // for the second runner to start while the first one's work runs.
+        .map(|name| graph(&dir, name, 8, "sleep 2"))
+        .collect();
+    // Three shells at once.
+    let submitting: Vec<_> = (graphs.iter())
+        .map(|graph| {
+            common::constellation(&dir)
+                .args(["submit", graph.to_str().unwrap(), "--pool", "pool.json"])
+                .arg("--json")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start submit")
+        })
+        .collect();
+    let mut ids: Vec<u64> = (submitting.into_iter())
+        .map(|child| submitted_id(&finish(child, COMMAND_LIMIT, "submit")))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3], "ids in submit order");
+
+    let waited = wait(&dir, &ids, &["--progress", "--timeout", "200s"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    let said = String::from_utf8_lossy(&waited.stdout);
+    for id in &ids {
+        assert!(said.contains(&format!("job {id} (")), "{said}");
+    }
+
+    let output = run(&dir, &["jobs", "--all", "--pool", "pool.json", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let jobs = listed["jobs"].as_array().expect("a list of jobs");
+    assert_eq!(jobs.len(), 3, "{listed}");
+    let mut spans = Vec::new();
+    for job in jobs {
+        assert_eq!(job["state"], "succeeded", "{job}");
+        assert_eq!(job["counts"]["done"], 8, "{job}");
+        assert_eq!(job["counts"]["total"], 8, "{job}");
+        let journal = PathBuf::from(job["journal"].as_str().expect("journal"));
+        spans.push((job["id"].as_u64().unwrap(), attempt_times(&journal)));
+    }
+    spans.sort_by_key(|(id, _)| *id);
+    let [(_, first), (_, second), (_, third)] = [spans[0], spans[1], spans[2]];
+    // Jobs 1 and 2 took the two slots and ran at once, sharing the agent.
+    assert!(
+        first.0.max(second.0) < first.1.min(second.1),
+        "jobs 1 and 2 should overlap: {spans:?}"
+    );
+    // Job 3 waited for a free slot: for the first of them to end.
+    assert!(
+        third.0 >= first.1.min(second.1),
+        "job 3 should start after job 1 or job 2 ended: {spans:?}"
+    );
+    // The table has them too.
+    let table = run(&dir, &["jobs", "--all", "--pool", "pool.json"]);
+    let table_text = String::from_utf8_lossy(&table.stdout);
+    assert!(table_text.starts_with("ID"), "{}", text(&table));
+    assert_eq!(table_text.matches("succeeded").count(), 3, "{table_text}");
+}
+
+#[test]
+fn wait_exits_1_for_a_failed_job_and_names_an_unknown_one() {
+    let (dir, _sweep) = setup("jobs-wait-failed");
+    let _pool = start_pool(&dir, &[], "pool.log");
+    let _agent = start_agent(&dir, 1);
+    let failing = graph(&dir, "failing", 1, "false");
+    let id = submit(&dir, &failing, &[]);
+    let waited = wait(&dir, &[id], &[]);
+    assert_eq!(waited.status.code(), Some(1), "{}", text(&waited));
+    assert!(
+        String::from_utf8_lossy(&waited.stdout).contains(&format!("job {id} (failing) failed")),
+        "{}",
+        text(&waited)
+    );
+    let shown = job(&dir, id);
+    assert_eq!(shown["job"]["state"], "failed", "{shown}");
+    assert_eq!(shown["activities"][0]["state"], "failed", "{shown}");
+    assert_eq!(shown["activities"][0]["attempts"], 1, "{shown}");
+
+    let unknown = wait(&dir, &[id, 99], &[]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("no job 99"),
+        "{}",
+        text(&unknown)
+    );
+    let cancel = run(&dir, &["cancel", "99", "--pool", "pool.json"]);
+    assert_eq!(cancel.status.code(), Some(2), "{}", text(&cancel));
+    assert!(
+        String::from_utf8_lossy(&cancel.stderr).contains("no job 99"),
+        "{}",
+        text(&cancel)
+    );
+}
+
+/// Processes alive in the process group `group`.
+fn group_members(group: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let Some((_, rest)) = stat.rsplit_once(") ") else {
+                    return false;
+                };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                // state, ppid, pgrp
+                fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn cancel_kills_a_jobs_commands_on_the_agent_and_cancels_what_did_not_finish() {
+    let (dir, _sweep) = setup("jobs-cancel");
+    let _pool = start_pool(&dir, &[], "pool.log");
+    let _agent = start_agent(&dir, 2);
+    let pids = dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    // Two commands that record their shell's pid (the process group's
+    // leader) and sleep, and one that waits for the first.
+    let graph_path = dir.join("sleepy.toml");
+    std::fs::write(
+        &graph_path,
+        format!(
+            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..=2\" }}\n\
+             script = \"echo $$ > {pids}/{{n}}; sleep 60\"\n\n\
+             [[activity]]\nid = \"after\"\nafter = [\"s-1\"]\ncommand = \"true\"\n",
+            pids = pids.display()
+        ),
+    )
+    .unwrap();
+    let id = submit(&dir, &graph_path, &[]);
+    let deadline = Instant::now() + SEEN_LIMIT;
+    let groups: Vec<i32> = loop {
+        let groups: Vec<i32> = (1..=2)
+            .filter_map(|n| std::fs::read_to_string(pids.join(n.to_string())).ok())
+            .filter_map(|text| text.trim().parse().ok())
+            .collect();
+        if groups.len() == 2 {
+            break groups;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job's commands did not start within {SEEN_LIMIT:?}: {}\n{}",
+            log(&dir, "pool.log"),
+            log(&dir, "worker.log")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    let cancelled = run(&dir, &["cancel", &id.to_string(), "--pool", "pool.json"]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    assert!(
+        String::from_utf8_lossy(&cancelled.stdout).contains(&format!("job {id} (sleepy)")),
+        "{}",
+        text(&cancelled)
+    );
+    let waited = wait(&dir, &[id], &["--timeout", "120s"]);
+    assert_eq!(waited.status.code(), Some(1), "{}", text(&waited));
+    assert!(
+        String::from_utf8_lossy(&waited.stdout).contains("cancelled"),
+        "{}",
+        text(&waited)
+    );
+
+    let shown = job(&dir, id);
+    assert_eq!(shown["job"]["state"], "cancelled", "{shown}");
+    let journal = Journal::open_read_only(Path::new(
+        shown["job"]["journal"].as_str().expect("journal"),
+    ))
+    .expect("the job's journal");
+    let activities = journal.activities().expect("activities");
+    assert_eq!(activities.len(), 3);
+    for activity in &activities {
+        assert_eq!(
+            activity.state,
+            ActivityState::Cancelled,
+            "nothing is left pending: {activities:?}"
+        );
+    }
+    // The killed commands are attempts of their activities.
+    for n in 1..=2 {
+        let attempts = journal.attempts_of(&format!("s-{n}")).expect("attempts");
+        assert_eq!(attempts.len(), 1, "s-{n}: {attempts:?}");
+    }
+
+    // No process of the job's commands is left on the agent.
+    let deadline = Instant::now() + SEEN_LIMIT;
+    loop {
+        let left: Vec<i32> = groups.iter().flat_map(|&g| group_members(g)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes of the cancelled job's commands still run after {SEEN_LIMIT:?}: {left:?}\n{}",
+            log(&dir, "worker.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn wait_ends_when_the_pool_node_is_killed_or_waits_for_its_restart_with_reconnect() {
+    let (dir, _sweep) = setup("jobs-pool-killed");
+    let mut pool = start_pool(&dir, &[], "pool.log");
+    let _agent = start_agent(&dir, 2);
+    let sleepy = graph(&dir, "slow", 6, "sleep 3");
+    let id = submit(&dir, &sleepy, &[]);
+    let id_text = id.to_string();
+    // A wait that is under way (it has seen the job) when the pool node dies.
+    let mut plain = spawn(
+        &dir,
+        &["wait", &id_text, "--pool", "pool.json", "--progress"],
+        "wait-plain.log",
+    );
+    wait_for_log(&dir, "wait-plain.log", &format!("job {id} (slow): running"));
+    pool.0.kill().expect("kill -9 the pool node");
+    pool.0.wait().expect("reap the pool node");
+    let status = exited(&mut plain, SEEN_LIMIT, &dir, "wait-plain.log");
+    let said = log(&dir, "wait-plain.log");
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(said.contains("lost the pool"), "{said}");
+    assert!(
+        said.contains("--reconnect"),
+        "says how to wait longer: {said}"
+    );
+
+    // Another wait, willing to wait a minute for the pool node's return,
+    // started while it is gone.
+    let mut patient = spawn(
+        &dir,
+        &[
+            "wait",
+            &id_text,
+            "--pool",
+            "pool.json",
+            "--reconnect",
+            "60s",
+            "--timeout",
+            "200s",
+        ],
+        "wait-reconnect.log",
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let _restarted = start_pool(&dir, &[], "pool-again.log");
+    let status = exited(&mut patient, JOBS_LIMIT, &dir, "wait-reconnect.log");
+    let said = log(&dir, "wait-reconnect.log");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{said}\n{}",
+        log(&dir, "pool-again.log")
+    );
+    assert!(
+        said.contains(&format!("job {id} (slow) succeeded")),
+        "{said}"
+    );
+}
+
+#[test]
+fn work_no_agent_offers_is_refused_unless_the_submitter_waits_for_its_labels() {
+    let (dir, _sweep) = setup("jobs-labels");
+    let _pool = start_pool(&dir, &[], "pool.log");
+    let _agent = start_agent(&dir, 1);
+    let graph_path = dir.join("gpu.toml");
+    std::fs::write(
+        &graph_path,
+        "[[activity]]\nid = \"render-{n}\"\nfor = { n = \"1..=3\" }\ncontext = \"gpu\"\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let refused = run(&dir, &["submit", "gpu.toml", "--pool", "pool.json"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    for n in 1..=3 {
+        assert!(said.contains(&format!("render-{n} needs [gpu]")), "{said}");
+    }
+    assert!(said.contains("--wait-for-labels"), "{said}");
+    let listed = run(&dir, &["jobs", "--all", "--pool", "pool.json", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert_eq!(listed["jobs"], serde_json::json!([]), "nothing was stored");
+
+    let accepted = run(
+        &dir,
+        &[
+            "submit",
+            "gpu.toml",
+            "--pool",
+            "pool.json",
+            "--wait-for-labels",
+        ],
+    );
+    assert!(accepted.status.success(), "{}", text(&accepted));
+    assert_eq!(
+        String::from_utf8_lossy(&accepted.stdout).trim(),
+        "submitted job 1 (gpu)"
+    );
+    let shown = job(&dir, 1);
+    assert!(
+        ["queued", "running"].contains(&shown["job"]["state"].as_str().unwrap_or_default()),
+        "it waits for an agent that offers gpu: {shown}"
+    );
+    // Its runner must not stay behind, waiting for a gpu.
+    let cancelled = run(&dir, &["cancel", "1", "--pool", "pool.json"]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    let waited = wait(&dir, &[1], &["--timeout", "120s"]);
+    assert_eq!(waited.status.code(), Some(1), "{}", text(&waited));
+}
+
+/// `job` shows every activity from the journal, and `report --job` reports
+/// on the job's journal.
+#[test]
+fn job_and_report_read_the_jobs_journal() {
+    let (dir, _sweep) = setup("jobs-report");
+    let _pool = start_pool(&dir, &[], "pool.log");
+    let _agent = start_agent(&dir, 2);
+    let quick = graph(&dir, "quick", 4, "true");
+    let id = submit(&dir, &quick, &["--name", "quick-one", "--priority", "5"]);
+    let waited = wait(&dir, &[id], &[]);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    let output = run(&dir, &["job", &id.to_string(), "--pool", "pool.json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        shown.starts_with(&format!("job {id} (quick-one): succeeded, priority 5")),
+        "{shown}"
+    );
+    for n in 1..=4 {
+        assert!(shown.contains(&format!("quick-{n}")), "{shown}");
+    }
+    let report = run(
+        &dir,
+        &[
+            "report",
+            "--pool",
+            "pool.json",
+            "--job",
+            &id.to_string(),
+            "--json",
+        ],
+    );
+    assert!(report.status.success(), "{}", text(&report));
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    assert_eq!(report["run"]["status"], "succeeded", "{report}");
+    assert!(
+        report["run"]["graph_path"]
+            .as_str()
+            .is_some_and(|path| path.ends_with("quick.toml")),
+        "{report}"
+    );
+    assert_eq!(report["bars"].as_array().map(Vec::len), Some(4), "{report}");
+    let refused = run(&dir, &["report", "--pool", "pool.json", "--job", "42"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no job 42"),
+        "{}",
+        text(&refused)
+    );
+    // A runner is a process of its own: none is left once the job ended.
+    let runners: Vec<i32> = processes_of(&dir.to_string_lossy())
+        .into_iter()
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains("--job-progress"))
+        })
+        .collect();
+    assert!(runners.is_empty(), "runners left: {runners:?}");
+}
