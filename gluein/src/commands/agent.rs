@@ -418,3 +418,48 @@ fn describe(why: &Leaving) -> String {
         Leaving::Signal => "asked to stop; work not finished here will run elsewhere".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use constellation::net::Keypair;
+
+    /// `body` as an app request from some peer.
+    fn asked(body: Vec<u8>) -> AppRequest {
+        AppRequest {
+            from: Keypair::generate_ed25519().public().to_peer_id(),
+            body,
+        }
+    }
+
+    #[test]
+    fn an_agent_answers_kill_origin_and_refuses_anything_else_with_a_reason() {
+        let handler = kill_origin_requests();
+        let origin = NodeId::random();
+        let request = ServiceRequest::KillOrigin {
+            origin: executors::shell::origin_text(origin),
+        };
+        let answer = handler(asked(service::encode(&request))).unwrap();
+        assert_eq!(
+            service::decode::<ServiceResponse>(&answer).unwrap(),
+            ServiceResponse::Killed {
+                running: 0,
+                not_started: 0
+            }
+        );
+        assert!(executors::shell::origin_cancelled(origin));
+
+        let refused = handler(asked(service::encode(&ServiceRequest::Jobs { all: true })));
+        assert_eq!(
+            refused.unwrap_err(),
+            "an agent answers only kill-origin requests"
+        );
+        let bad_origin = ServiceRequest::KillOrigin {
+            origin: origin.to_string(),
+        };
+        let refused = handler(asked(service::encode(&bad_origin))).unwrap_err();
+        assert!(refused.contains("is not a node id"), "{refused}");
+        let refused = handler(asked(b"kill everything".to_vec())).unwrap_err();
+        assert!(refused.contains("not a service message"), "{refused}");
+    }
+}
