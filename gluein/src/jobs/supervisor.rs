@@ -591,7 +591,10 @@ impl Shared {
         if let Some(file) = &job.context_file {
             args.extend(["--context-file".into(), file.clone().into_os_string()]);
         }
-        if job.wait_for_labels {
+        // A resumed job was accepted once with the agents it had then; the
+        // runner of a restarted pool node may start before they are back,
+        // and must wait for them rather than refuse their work.
+        if job.wait_for_labels || resume {
             args.push("--wait-for-labels".into());
         }
         let shown: Vec<String> = (args.iter())
