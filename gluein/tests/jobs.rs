@@ -374,6 +374,29 @@ fn cancel_kills_a_jobs_commands_on_the_agent_and_cancels_what_did_not_finish() {
         std::thread::sleep(Duration::from_millis(50));
     };
 
+    // SIGINT to a wait stops the waiting, not the job.
+    let mut waiting = spawn(
+        &dir,
+        &["wait", &id.to_string(), "--pool", "pool.json", "--progress"],
+        "wait-interrupted.log",
+    );
+    wait_for_log(
+        &dir,
+        "wait-interrupted.log",
+        &format!("job {id} (sleepy): running"),
+    );
+    // SAFETY: sending a signal to the wait this test started.
+    unsafe { libc::kill(waiting.0.id() as i32, libc::SIGINT) };
+    let status = exited(&mut waiting, SEEN_LIMIT, &dir, "wait-interrupted.log");
+    let said = log(&dir, "wait-interrupted.log");
+    assert_eq!(status.code(), Some(130), "{said}");
+    assert!(said.contains("stopped waiting"), "{said}");
+    assert_eq!(job(&dir, id)["job"]["state"], "running", "the job goes on");
+    assert!(
+        groups.iter().all(|&group| !group_members(group).is_empty()),
+        "its commands go on"
+    );
+
     let cancelled = run(&dir, &["cancel", &id.to_string(), "--pool", "pool.json"]);
     assert!(cancelled.status.success(), "{}", text(&cancelled));
     assert!(

@@ -192,7 +192,13 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => executors.clone(),
     };
     if !(args.wait_for_labels && node.is_some()) {
-        check_contexts(&graph, &offered, RUN_HINT)?;
+        if let Err(error) = check_contexts(&graph, &offered, RUN_HINT) {
+            // With a goodbye, so that no member declares this one dead.
+            if let Some(node) = node {
+                node.leave();
+            }
+            return Err(error);
+        }
     }
 
     let (mut journal, journal_path) = open_journal(&args)?;
