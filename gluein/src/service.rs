@@ -40,7 +40,9 @@ pub enum ServiceRequest {
     /// none that has not started. Answered with
     /// [`ServiceResponse::Killed`]. Agents only.
     KillOrigin {
-        /// The node id (as text) of the runner whose work is to go.
+        /// The runner whose work is to go: its node id as a full UUID
+        /// (`executors::shell::origin_text`; a node id's display is only
+        /// its first 8 hex digits).
         origin: String,
     },
 }
@@ -93,7 +95,10 @@ pub enum ServiceResponse {
     Killed {
         /// Commands killed.
         running: usize,
-        /// Activities that will now end without starting a command.
+        /// Activities that were waiting to retry and now end without
+        /// starting their command again. Work of that origin queued on the
+        /// agent and not started yet is not counted: it ends without
+        /// running when an executor takes it.
         not_started: usize,
     },
 }
