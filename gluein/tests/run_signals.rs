@@ -233,8 +233,9 @@ fn started(dir: &Path) -> Vec<(i32, String)> {
 }
 
 /// Kills, when the test ends, the process groups of the commands that
-/// agents started: an agent does not kill its commands when its runner
-/// stops, and they would sleep on after the test.
+/// agents started, should any be left: a test that fails half-way must
+/// not leave commands sleeping after it (the stopped runner asks its
+/// agents to kill them, which cancel_on_agents.rs checks).
 struct KillGroups(PathBuf);
 
 impl Drop for KillGroups {
