@@ -204,8 +204,16 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         started: journal::unix_seconds(std::time::SystemTime::now()),
     };
     file.save(&args.pool_file)?;
-    let service_config = ServiceConfig::new(state.path(), &args.pool_file, args.max_jobs)?;
-    let service = JobService::start(service_config)?;
+    let service = ServiceConfig::new(state.path(), &args.pool_file, args.max_jobs)
+        .and_then(JobService::start);
+    let service = match service {
+        Ok(service) => service,
+        Err(error) => {
+            // No pool file may name a pool node that is not there.
+            let _ = std::fs::remove_file(&args.pool_file);
+            return Err(error);
+        }
+    };
     let jobs = jobs.get_or_init(|| service);
     println!("pool listening on:");
     for address in &file.addresses {

@@ -97,9 +97,9 @@ pub struct JobRow {
     pub final_counts: Option<JobCounts>,
 }
 
-/// The job journal, open to read and write. The pool node is its only
-/// writer (the pool file's lock keeps to one pool node per state
-/// directory's pool).
+/// The job journal, open to read and write. The pool node's job service
+/// is its only writer: it holds a lock on the state directory
+/// ([`super::JobService::start`]).
 pub struct JobStore {
     conn: Connection,
     path: PathBuf,

@@ -101,6 +101,10 @@ pub struct JobService {
 /// What the service's handle, its request handlers and its thread share.
 struct Shared {
     config: ServiceConfig,
+    /// The exclusive lock on `STATE/jobs.db.lock`, held while the service
+    /// lives: two pool nodes on one state directory (each with its own
+    /// pool file) would start every job twice.
+    _owner: std::fs::File,
     state: Mutex<State>,
     /// Set by a submit or a cancel, so that the thread acts at once.
     poked: Mutex<bool>,
@@ -160,9 +164,11 @@ impl JobService {
         let jobs_dir = config.state_dir.join("jobs");
         std::fs::create_dir_all(&jobs_dir)
             .with_context(|| format!("cannot create {}", jobs_dir.display()))?;
+        let owner = claim_state_dir(&config.state_dir)?;
         let store = JobStore::open(&config.state_dir)?;
         let shared = Arc::new(Shared {
             config,
+            _owner: owner,
             state: Mutex::new(State {
                 store,
                 runners: HashMap::new(),
@@ -631,6 +637,41 @@ impl Shared {
                 )
             })
     }
+}
+
+/// Takes the job service's lock on the state directory, or says which
+/// pool node holds it. The operating system lets go when the process
+/// ends, `kill -9` included.
+fn claim_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = state_dir.join("jobs.db.lock");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            anyhow::bail!(
+                "another pool node (pid {}) runs the jobs of the state directory {}; \
+                 give this pool its own --state-dir",
+                holder.trim(),
+                state_dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            return Err(error).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.write_all(std::process::id().to_string().as_bytes()));
+    written.with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(file)
 }
 
 /// Checks a submission: absolute paths (relative ones are taken from its
@@ -1241,6 +1282,24 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
         let store = JobStore::open(&dir.join("state")).unwrap();
         let left: Vec<u64> = store.running().unwrap().iter().map(|j| j.id).collect();
         assert_eq!(left, vec![2, 3], "left running, to resume");
+    }
+
+    #[test]
+    fn one_job_service_per_state_directory() {
+        let dir = scratch("owner");
+        let service = JobService::start(config(&dir, 1)).unwrap();
+        let error = JobService::start(config(&dir, 1)).err().expect("refused");
+        let text = format!("{error:#}");
+        assert!(text.contains("another pool node"), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        service.stop(LIMIT);
+        drop(service);
+        JobService::start(config(&dir, 1))
+            .expect("free again")
+            .stop(LIMIT);
     }
 
     #[test]
