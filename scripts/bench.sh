@@ -27,6 +27,12 @@
 #                   to its first command, stopped there with SIGINT. GRAPH_1M_ACTIVITIES sets the
 #                   size (100000 for a quick look). Both use /usr/bin/time; graph_1m reads the journal
 #                   with sqlite3
+#   submit_latency  median ms from the start of `constellation submit` of a one-activity graph to
+#                   that activity's start (its first attempt in the job's journal), on an idle loopback
+#                   pool with one local agent of 2 executors; BENCH_RUNS submits (at least 5), each
+#                   waited for before the next. State dir and output on tmpfs; reads journals with sqlite3
+#   pool_chains     the graph_chains workload (100 chains of 100 `true`) submitted to that pool: seconds
+#                   from the start of `submit` to the end of `constellation wait`, and activities/s
 #   net_steal       200,000 trivial activities on a master with no executors, stolen over loopback
 #                   by one net-node worker with 2 executors (master-worker): activities/s, with
 #                   the worker's steal requests and imported activities
@@ -45,7 +51,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all=(local_spawn local_fib local_pingpong queued_bytes shell_true graph_chains graph_typo graph_1m
-     net_steal net_event_rtt net_fib supernova sim_scale)
+     submit_latency pool_chains net_steal net_event_rtt net_fib supernova sim_scale)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -57,7 +63,7 @@ done
 
 cargo build --release --quiet -p constellation-workloads --bin constellation-bench
 case " ${names[*]} " in
-  *" graph_chains "* | *" graph_typo "* | *" graph_1m "*)
+  *" graph_chains "* | *" graph_typo "* | *" graph_1m "* | *" submit_latency "* | *" pool_chains "*)
     cargo build --release --quiet -p gluein --bin constellation ;;
 esac
 case " ${names[*]} " in
@@ -249,6 +255,104 @@ graph_1m_resume() {
   awk -v a="$started" -v b="$first" 'BEGIN {printf "%.3f", b - a}'
 }
 
+# A loopback pool in a new directory on tmpfs, with one local agent of 2
+# executors, for the job benchmarks: sets pool_dir, pool_pid and agent_pid.
+# Fails if the pool file or the agent's join does not show within 60 s.
+start_bench_pool() {
+  local exe=$PWD/target/release/constellation
+  pool_dir=$(mktemp -d "${BENCH_SCRATCH:-/dev/shm}/constellation-bench-pool-XXXXXX")
+  (cd "$pool_dir" && exec "$exe" pool start --listen /ip4/127.0.0.1/tcp/0 --pool-file pool.json \
+    >pool.log 2>&1) &
+  pool_pid=$!
+  for _ in $(seq 600); do [ -s "$pool_dir/pool.json" ] && break; sleep 0.1; done
+  (cd "$pool_dir" && exec "$exe" agent --pool pool.json -n 2 >agent.log 2>&1) &
+  agent_pid=$!
+  for _ in $(seq 600); do grep -q "joined with" "$pool_dir/agent.log" 2>/dev/null && break; sleep 0.1; done
+  if ! grep -q "joined with" "$pool_dir/agent.log" 2>/dev/null; then
+    echo "the bench pool did not start, or its agent did not join, within 60 s:" >&2
+    tail -n 20 "$pool_dir/pool.log" "$pool_dir/agent.log" >&2
+    stop_bench_pool
+    return 1
+  fi
+}
+
+# Stops the agent and the pool node of start_bench_pool (SIGTERM: the pool
+# node stops its jobs' runners) and removes their directory.
+stop_bench_pool() {
+  kill -TERM "$agent_pid" "$pool_pid" 2>/dev/null || true
+  wait "$agent_pid" "$pool_pid" 2>/dev/null || true
+  rm -rf "$pool_dir"
+}
+
+# BENCH_RUNS (at least 5) submits of a one-activity graph to an idle pool:
+# the median milliseconds from the start of `submit` to the start of the
+# activity, as its job's journal records it.
+submit_latency_bench() {
+  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  [ "$runs" -ge 5 ] || runs=5
+  start_bench_pool || return 1
+  printf '%s\n' '[[activity]]' 'id = "one"' 'command = "true"' >"$pool_dir/one.toml"
+  local latencies=()
+  for run in $(seq "$runs"); do
+    local started id first
+    started=$(now)
+    id=$(cd "$pool_dir" && "$exe" submit one.toml --pool pool.json --json 2>>submit.log |
+      sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+    if [ -z "$id" ] || ! (cd "$pool_dir" && "$exe" wait "$id" --pool pool.json --timeout 120s \
+      >/dev/null 2>>wait.log); then
+      echo "submit_latency: job ${id:-(not submitted)} did not succeed:" >&2
+      tail -n 20 "$pool_dir/submit.log" "$pool_dir/wait.log" "$pool_dir/pool.log" >&2
+      stop_bench_pool
+      return 1
+    fi
+    first=$(sqlite3 "$pool_dir/pool.state/jobs/$id/journal.db" 'SELECT min(started) FROM attempts' |
+      awk -v a="$started" '{printf "%.1f", ($1 - a) * 1000}')
+    echo "submit_latency run $run: job $id, first activity $first ms after the submit started" >&2
+    latencies+=("$first")
+  done
+  stop_bench_pool
+  printf '{"bench":"submit_latency","value":%s,"unit":"ms","higher_is_better":false,"runs":%s}\n' \
+    "$(printf '%s\n' "${latencies[@]}" | median)" "$runs"
+}
+
+# The graph_chains workload (100 chains of 100 `true`) submitted to a pool
+# with one local agent of 2 executors: seconds from the start of `submit`
+# to the end of `wait`, median of BENCH_RUNS, with activities/s.
+pool_chains_bench() {
+  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  local chains=100 length=100
+  start_bench_pool || return 1
+  awk -v chains=$chains -v len=$length 'BEGIN {
+    for (c = 0; c < chains; c++) for (s = 0; s < len; s++) {
+      printf "[[activity]]\nid = \"c%d-%d\"\ncommand = \"true\"\n", c, s
+      if (s > 0) printf "after = [\"c%d-%d\"]\n", c, s - 1
+    }
+  }' >"$pool_dir/chains.toml"
+  local activities=$((chains * length)) walls=() rates=()
+  for run in $(seq "$runs"); do
+    local started ended id wall rate
+    started=$(now)
+    id=$(cd "$pool_dir" && "$exe" submit chains.toml --pool pool.json --json 2>>submit.log |
+      sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+    if [ -z "$id" ] || ! (cd "$pool_dir" && "$exe" wait "$id" --pool pool.json --timeout 600s \
+      >/dev/null 2>>wait.log); then
+      echo "pool_chains: job ${id:-(not submitted)} did not succeed:" >&2
+      tail -n 20 "$pool_dir/submit.log" "$pool_dir/wait.log" "$pool_dir/pool.log" >&2
+      stop_bench_pool
+      return 1
+    fi
+    ended=$(now)
+    wall=$(awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}')
+    rate=$(awk -v n="$activities" -v w="$wall" 'BEGIN {printf "%.1f", n / w}')
+    echo "pool_chains run $run: job $id, $wall s, $rate activities/s" >&2
+    rm -rf "$pool_dir/pool.state/jobs/$id/output"
+    walls+=("$wall") rates+=("$rate")
+  done
+  stop_bench_pool
+  printf '{"bench":"pool_chains","value":%s,"unit":"s","higher_is_better":false,"activities":%s,"activities_per_s":%s}\n' \
+    "$(printf '%s\n' "${walls[@]}" | median)" "$activities" "$(printf '%s\n' "${rates[@]}" | median)"
+}
+
 # One process per benchmark, so none inherits another's heap.
 for name in "${names[@]}"; do
   if [ "$name" = supernova ]; then
@@ -259,6 +363,10 @@ for name in "${names[@]}"; do
     graph_typo_bench
   elif [ "$name" = graph_1m ]; then
     graph_1m_bench
+  elif [ "$name" = submit_latency ]; then
+    submit_latency_bench
+  elif [ "$name" = pool_chains ]; then
+    pool_chains_bench
   else
     target/release/constellation-bench "$name"
   fi

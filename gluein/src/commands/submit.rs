@@ -18,8 +18,8 @@ use gluein::service::{JobSubmission, ServiceRequest, ServiceResponse};
 use graph::Relabel;
 use serde::Serialize;
 
-use super::run::pool::{check_contexts, pool_executors};
-use super::{ask_master, join_as_observer, observe, unexpected_answer, PoolAddress};
+use super::run::pool::check_pool_contexts;
+use super::{ask_master, join_as_observer, unexpected_answer, PoolAddress};
 
 /// Arguments of `constellation submit`.
 #[derive(Args)]
@@ -94,18 +94,15 @@ pub fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     }
     let graph = super::run::load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
     let submission = submission(&args)?;
-    let node = if args.wait_for_labels {
-        join_as_observer(&args.address, "submit", args.timeout)?
-    } else {
-        // Every agent the pool node knows, with its executors' labels.
-        let node = observe(&args.address, "submit", args.timeout)?;
-        let offered = pool_executors(&node, &[]);
-        if let Err(error) = check_contexts(&graph, &offered, SUBMIT_HINT) {
+    let node = join_as_observer(&args.address, "submit", args.timeout)?;
+    if !args.wait_for_labels {
+        // What the pool's agents offer, once the member list has settled
+        // where something is missing.
+        if let Err(error) = check_pool_contexts(&graph, &node, &[], SUBMIT_HINT) {
             node.leave();
             return Err(error);
         }
-        node
-    };
+    }
     let answer = ask_master(&node, &ServiceRequest::Submit(submission), args.timeout);
     node.leave();
     let id = match answer.context("the pool did not take the job")? {

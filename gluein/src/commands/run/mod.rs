@@ -40,7 +40,8 @@ use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 
 use census::Census;
 use pool::{
-    check_contexts, executor_contexts, join_pool, local_pool, pool_executors, unoffered, Runner,
+    check_contexts, check_pool_contexts, executor_contexts, join_pool, local_pool, unoffered,
+    Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
 use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
@@ -187,12 +188,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(pool) => Some(join_pool(pool, &args, &executors)?),
         None => None,
     };
-    let offered = match &node {
-        Some(node) => pool_executors(node, &executors),
-        None => executors.clone(),
-    };
     if !(args.wait_for_labels && node.is_some()) {
-        if let Err(error) = check_contexts(&graph, &offered, RUN_HINT) {
+        let checked = match &node {
+            Some(node) => check_pool_contexts(&graph, node, &executors, RUN_HINT),
+            None => check_contexts(&graph, &executors, RUN_HINT),
+        };
+        if let Err(error) = checked {
             // With a goodbye, so that no member declares this one dead.
             if let Some(node) = node {
                 node.leave();

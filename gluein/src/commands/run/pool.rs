@@ -91,10 +91,6 @@ pub(super) fn join_pool(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The agents the pool node knows, before counting them or checking
-    // what they offer: a runner that asks for no agent (a job's runner
-    // asks for none) would otherwise find none yet, and refuse its graph.
-    super::super::settle_members(&node);
     loop {
         let agents = agents_of(&node).count();
         if agents >= args.wait_agents {
@@ -145,6 +141,25 @@ pub(crate) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<
     let mut offered = executors.to_vec();
     offered.extend(agents_of(node).flat_map(|member| member.executors));
     offered
+}
+
+/// [`check_contexts`] against what the pool's agents and `executors`
+/// offer. A node that has just joined may not know every agent yet (a
+/// job's runner asks for none before it starts): where work is not
+/// offered, it first waits for the member list to settle and checks
+/// again, so that only work no agent offers is refused, and a graph that
+/// fits costs no wait.
+pub(crate) fn check_pool_contexts(
+    graph: &Graph,
+    node: &Node,
+    executors: &[ExecutorContext],
+    hint: &str,
+) -> anyhow::Result<()> {
+    if check_contexts(graph, &pool_executors(node, executors), hint).is_ok() {
+        return Ok(());
+    }
+    super::super::settle_members(node);
+    check_contexts(graph, &pool_executors(node, executors), hint)
 }
 
 /// The executors of the embedded pool: `--executors` general ones with the
