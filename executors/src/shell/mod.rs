@@ -18,6 +18,10 @@
 //!   it empty: commands that print nothing leave no files, and write no
 //!   stream records.
 //! - Failed attempts are retried as the [`RetryPolicy`] says.
+//! - One that reports its starts ([`ShellActivity::report_starts`]) tells
+//!   its parent of each attempt just before its command runs: a parent on
+//!   another node then knows of every execution, also of one lost with its
+//!   node, whose result never comes.
 //! - While it runs, the command is registered by its process group, so a
 //!   process told to stop can kill every command it started and start no
 //!   more ([`kill_all_running`], [`stop_starting`]), and an agent can kill
@@ -68,7 +72,9 @@ use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event, Step};
 use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
-pub use result::{AttemptRecord, Output, ShellFailure, ShellOutcome, ShellResult};
+pub use result::{
+    AttemptRecord, Output, ShellFailure, ShellOutcome, ShellReport, ShellResult, ShellStarted,
+};
 pub use running::{
     cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, restore_origin,
     running_count, running_from, stop_starting, stopped, waiting_to_retry, Cancelled,
@@ -123,18 +129,78 @@ fn killed_by_preemption(outcome: &ShellOutcome) -> bool {
 pub struct ShellActivity {
     spec: ShellSpec,
     parent: Option<ActivityId>,
+    /// Whether the parent hears of each attempt as it starts
+    /// ([`report_starts`](Self::report_starts)).
+    #[serde(default)]
+    report_starts: bool,
+    /// Where a reporting activity stands between its calls: it announces
+    /// an attempt, returns so that the announcement goes out, and starts
+    /// the command when its own wake-up event comes back. Never sent
+    /// anywhere: an activity that has started stays on its executor.
+    #[serde(skip)]
+    progress: Option<Box<Progress>>,
 }
+
+/// The attempts of a shell activity so far, kept between its calls.
+#[derive(Debug, Clone)]
+struct Progress {
+    /// The attempt to run next.
+    attempt: u32,
+    /// The last attempt announced to the parent; 0 for none.
+    announced: u32,
+    /// Every attempt that ran, first to last.
+    history: Vec<AttemptRecord>,
+    /// The result so far, while a retry waits.
+    last: Option<ShellResult>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            attempt: 1,
+            announced: 0,
+            history: Vec::new(),
+            last: None,
+        }
+    }
+}
+
+/// The event a reporting shell activity sends itself after announcing an
+/// attempt: it comes back once the call has returned, and with it the
+/// announcement has gone out, so the command starts on the next call.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct StartAnnounced;
 
 impl ShellActivity {
     /// An activity running `spec`. Without [`reply_to`](Self::reply_to) the
     /// result is only logged.
     pub fn new(spec: ShellSpec) -> Self {
-        ShellActivity { spec, parent: None }
+        ShellActivity {
+            spec,
+            parent: None,
+            report_starts: false,
+            progress: None,
+        }
     }
 
     /// Sends the [`ShellResult`] to `parent` when the command is done.
     pub fn reply_to(mut self, parent: ActivityId) -> Self {
         self.parent = Some(parent);
+        self
+    }
+
+    /// Tells the parent of each attempt just before its command starts,
+    /// with a [`ShellStarted`], and sends everything to the parent as a
+    /// [`ShellReport`] (the result too), so that a parent on another node
+    /// knows of every execution, also of one lost with its node.
+    ///
+    /// An event goes out only when the call that sends it returns, so
+    /// each attempt costs one more call: the activity announces it,
+    /// returns, and runs it when its own wake-up event arrives, on the
+    /// same executor. For work spread over a pool; a local run of many
+    /// short commands has no node to lose, and leaves it off.
+    pub fn report_starts(mut self) -> Self {
+        self.report_starts = true;
         self
     }
 
@@ -147,9 +213,10 @@ impl ShellActivity {
     /// No command runs once this process stopped starting them
     /// ([`stop_starting`]) or the activity's origin was cancelled
     /// ([`cancel_origin`]); after either, an attempt that ended is not
-    /// retried, and its result is the last.
-    fn run(&self, cx: &ActivityCx<'_>) -> Ran {
-        let spec = &self.spec;
+    /// retried, and its result is the last. A reporting activity returns
+    /// [`Ran::Announced`] before each attempt, and goes on from there on
+    /// its next call.
+    fn run(&mut self, cx: &mut ActivityCx<'_>) -> Ran {
         let activity = cx.id();
         let labels = cx.executor_context().label_list();
         let mut env: Vec<(String, String)> = cx
@@ -163,10 +230,13 @@ impl ShellActivity {
         ));
         env.push(("CONSTELLATION_LABELS".to_string(), labels.clone()));
         env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
-        let mut attempt = 1;
-        let mut history = Vec::new();
-        // The result so far, while a retry waits.
-        let mut last = None;
+        let Progress {
+            mut attempt,
+            mut announced,
+            mut history,
+            mut last,
+        } = self.progress.take().map(|p| *p).unwrap_or_default();
+        let spec = &self.spec;
         loop {
             if running::stopped() {
                 return Ran::ended(last, Ran::Stopping);
@@ -174,6 +244,30 @@ impl ShellActivity {
             if running::origin_cancelled(activity.origin()) {
                 return Ran::ended(last, Ran::Cancelled);
             }
+            if let (true, Some(parent), true) =
+                (self.report_starts, self.parent, announced < attempt)
+            {
+                let started = ShellStarted {
+                    activity,
+                    name: spec.name.clone(),
+                    attempt,
+                    node: cx.node(),
+                    host: host_name().to_string(),
+                    executor: cx.executor_index(),
+                    labels,
+                    started: std::time::SystemTime::now(),
+                };
+                cx.send(parent, ShellReport::Started(started));
+                cx.send(activity, StartAnnounced);
+                self.progress = Some(Box::new(Progress {
+                    attempt,
+                    announced: attempt,
+                    history,
+                    last,
+                }));
+                return Ran::Announced;
+            }
+            announced = attempt;
             let files = match &spec.capture {
                 Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
                 _ => Ok(None),
@@ -302,6 +396,9 @@ impl ShellActivity {
 enum Ran {
     /// With this result, to report: the last attempt's.
     Done(Box<ShellResult>),
+    /// Before an attempt, which it announced to its parent: it starts on
+    /// the next call.
+    Announced,
     /// Without running a command: this process stopped starting them.
     Stopping,
     /// Without running a command: the work of the activity's origin was
@@ -360,8 +457,31 @@ impl Activity for ShellActivity {
     }
 
     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
+        self.step(cx)
+    }
+
+    fn process(&mut self, cx: &mut ActivityCx<'_>, event: Event) -> Step {
+        if self.progress.is_some() {
+            if event.source == cx.id() && event.take::<StartAnnounced>().is_ok() {
+                return self.step(cx);
+            }
+            // Its own wake-up event is on its way: nothing else may start
+            // or end it meanwhile.
+            return Step::Suspend;
+        }
+        // Nothing else sends a shell activity events; one that arrives
+        // anyway does not restart the command.
+        Step::Finish
+    }
+}
+
+impl ShellActivity {
+    /// One call: runs the command (or, for a reporting activity, its next
+    /// attempt), and reports the result.
+    fn step(&mut self, cx: &mut ActivityCx<'_>) -> Step {
         let result = match self.run(cx) {
             Ran::Done(result) => *result,
+            Ran::Announced => return Step::Suspend,
             Ran::Stopping => {
                 // This process stopped starting commands: the activity
                 // stays unfinished, to run when the work is resumed.
@@ -383,20 +503,19 @@ impl Activity for ShellActivity {
         };
         if result.cancelled.is_none() && killed_by_preemption(&result.outcome) {
             tracing::warn!(command = %self.spec.program.describe(), "killed as this node is taken down; it will run again elsewhere");
-            // Never finishes here: no result, no `Finished` notice.
+            // Never finishes here: no result, no `Finished` notice. A
+            // parent told of its start learns of its loss when this node
+            // leaves.
             return Step::Suspend;
         }
         match self.parent {
+            Some(parent) if self.report_starts => {
+                cx.send(parent, ShellReport::Ended(Box::new(result)))
+            }
             Some(parent) => cx.send(parent, result),
             None if result.is_success() => {}
             None => tracing::error!("{}", ShellFailure(Box::new(result))),
         }
-        Step::Finish
-    }
-
-    fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
-        // Nothing sends a shell activity events; one that arrives anyway does
-        // not restart the command.
         Step::Finish
     }
 }

@@ -287,6 +287,65 @@ pub struct ShellResult {
     pub cancelled: Option<String>,
 }
 
+/// What a shell activity that reports its starts
+/// ([`ShellActivity::report_starts`]) sends its parent just before each
+/// attempt's command starts, so that the parent knows of every execution,
+/// also of one whose node dies before it reports: its result never comes.
+///
+/// [`ShellActivity::report_starts`]: super::ShellActivity::report_starts
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellStarted {
+    /// The shell activity. A copy queued again after its node died runs
+    /// under the same id, on another node.
+    pub activity: ActivityId,
+    /// The spec's name, if it had one.
+    pub name: Option<String>,
+    /// The attempt about to start: 1, 2, ... within this execution of the
+    /// activity, as its [`AttemptRecord::attempt`] will say.
+    pub attempt: u32,
+    /// The node that runs it.
+    pub node: NodeId,
+    /// That node's host name.
+    pub host: String,
+    /// The executor's index on that node.
+    pub executor: usize,
+    /// The executor's labels, as `CONSTELLATION_LABELS` shows them.
+    pub labels: String,
+    /// When the attempt was announced, by that node's wall clock: just
+    /// before its command starts, never after.
+    pub started: SystemTime,
+}
+
+/// What a shell activity that reports its starts sends its parent: one
+/// type for both kinds of event, so the parent reads each with one
+/// [`Event::take`](constellation::Event::take). A shell activity that does
+/// not report its starts sends a bare [`ShellResult`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShellReport {
+    /// An attempt is starting.
+    Started(ShellStarted),
+    /// The activity is done: its last attempt ended.
+    Ended(Box<ShellResult>),
+}
+
+impl ShellReport {
+    /// The shell activity the report is about.
+    pub fn activity(&self) -> ActivityId {
+        match self {
+            ShellReport::Started(started) => started.activity,
+            ShellReport::Ended(result) => result.activity,
+        }
+    }
+
+    /// The spec's name of that activity, if it had one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            ShellReport::Started(started) => started.name.as_deref(),
+            ShellReport::Ended(result) => result.name.as_deref(),
+        }
+    }
+}
+
 /// One attempt of a shell activity, as a journal records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {
