@@ -10,13 +10,21 @@
 //! and queues of node numbers per context; a command is rendered from the
 //! [`Graph`] only when it is submitted, and at most [`WINDOW`] are
 //! submitted per context at a time.
+//!
+//! On a pool, where a node that runs a command can die with it, a
+//! coordinator may also report executions
+//! ([`Coordinator::report_executions`]): each attempt as it starts, and
+//! each result for a node already settled (its command ran again, after
+//! the notice that it finished was lost with its node), so that the
+//! journal can count every execution.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use constellation::{Activity, ActivityCx, ActivityId, Context, ContextList, Event, Step};
-use executors::shell::{Capture, ShellActivity, ShellResult};
+use constellation::{Activity, ActivityCx, ActivityId, Context, ContextList, Event, Pool, Step};
+use executors::shell::{Capture, ShellActivity, ShellReport, ShellResult};
 use serde::{Deserialize, Serialize};
 
 use crate::graph::Graph;
@@ -153,7 +161,28 @@ pub struct Coordinator {
     unsettled: usize,
     counts: Arc<ReleasedCounts>,
     observer: ActivityId,
+    /// Where executions are reported, if they are.
+    executions: Option<ExecutionReports>,
 }
+
+/// Where a coordinator that reports executions sends them, and whether
+/// its runner has said that no more will come.
+struct ExecutionReports {
+    /// Each report with its node's number in the graph. A channel, not
+    /// events to the observer: the observer counts one event per node, and
+    /// the coordinator never leaves the runner's process.
+    to: Sender<(usize, ShellReport)>,
+    /// The address the runner's main program sends from: an event from it
+    /// closes the reports ([`Coordinator::close`]).
+    closer: ActivityId,
+    /// The runner closed the reports: once every node is settled, the
+    /// coordinator finishes.
+    closed: bool,
+}
+
+/// What [`Coordinator::close`] sends.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct CloseReports;
 
 impl Coordinator {
     /// A coordinator for `graph` that reports to `observer`. Nodes marked
@@ -198,6 +227,7 @@ impl Coordinator {
             unsettled: skip.iter().filter(|&&s| !s).count(),
             counts: Arc::new(ReleasedCounts::new(contexts)),
             observer,
+            executions: None,
             graph,
         };
         for (n, &skipped) in skip.iter().enumerate() {
@@ -219,6 +249,40 @@ impl Coordinator {
     pub fn with_window(mut self, window: usize) -> Coordinator {
         self.window = window.max(1);
         self
+    }
+
+    /// Has every shell activity report each attempt as it starts
+    /// ([`ShellActivity::report_starts`]), and sends `to`, with the node's
+    /// number, each such start and each result for a node already settled
+    /// (an extra execution: its first result came, and the command ran
+    /// again, as when the node that ran it died before telling the node it
+    /// came from that it finished). Settling reports still go to the
+    /// observer, one per node.
+    ///
+    /// Results may come after the last node settled, so the coordinator
+    /// does not finish by itself: it finishes once every node is settled
+    /// and `closer`, the address the runner's main program sends from
+    /// ([`Pool::address`]), has called [`close`](Self::close).
+    pub fn report_executions(
+        mut self,
+        to: Sender<(usize, ShellReport)>,
+        closer: ActivityId,
+    ) -> Coordinator {
+        self.executions = Some(ExecutionReports {
+            to,
+            closer,
+            closed: false,
+        });
+        self
+    }
+
+    /// Tells the coordinator `coordinator` on `pool`, from the pool's main
+    /// program, that no more executions will be reported: it finishes once
+    /// every node is settled. For a coordinator that reports executions
+    /// ([`report_executions`](Self::report_executions)); `false` if it is
+    /// gone already.
+    pub fn close(pool: &Pool, coordinator: ActivityId) -> bool {
+        pool.send(coordinator, CloseReports).is_ok()
     }
 
     /// How many reports the observer will receive: one per node not skipped.
@@ -258,7 +322,11 @@ impl Coordinator {
         let mut spec = self.graph.spec(n as usize);
         spec.capture = self.capture.clone();
         let parent = cx.id();
-        match cx.submit(ShellActivity::new(spec).reply_to(parent)) {
+        let mut activity = ShellActivity::new(spec).reply_to(parent);
+        if self.executions.is_some() {
+            activity = activity.report_starts();
+        }
+        match cx.submit(activity) {
             Ok(child) => {
                 self.running.insert(child, n);
                 self.in_flight[context] += 1;
@@ -347,11 +415,77 @@ impl Coordinator {
     }
 
     fn step(&self) -> Step {
-        if self.unsettled == 0 {
+        let closed = self.executions.as_ref().is_none_or(|e| e.closed);
+        if self.unsettled == 0 && closed {
             Step::Finish
         } else {
             Step::Suspend
         }
+    }
+
+    /// The node a shell activity of this graph ran for, from the result's
+    /// or announcement's name once the activity is no longer in flight.
+    fn node_named(&self, name: Option<&str>) -> Option<u32> {
+        name.and_then(|name| self.graph.index_of(name))
+            .map(|n| n as u32)
+    }
+
+    /// Handles one event of a coordinator that reports executions.
+    fn process_reported(&mut self, cx: &mut ActivityCx<'_>, event: Event) -> Step {
+        let source = event.source;
+        let Some(executions) = &mut self.executions else {
+            unreachable!("called only when reporting executions");
+        };
+        if source == executions.closer {
+            executions.closed = true;
+            return self.step();
+        }
+        let report = match event.take::<ShellReport>() {
+            Ok(report) => report,
+            Err(error) => {
+                tracing::error!(%source, %error, "the graph coordinator got an event it does not understand; ignored");
+                return self.step();
+            }
+        };
+        let in_flight = self.running.get(&report.activity()).copied();
+        let Some(n) = in_flight.or_else(|| self.node_named(report.name())) else {
+            tracing::error!(activity = %report.activity(), "a shell report for no node of this graph; ignored");
+            return self.step();
+        };
+        match report {
+            ShellReport::Ended(result) if in_flight.is_some() => {
+                self.running.remove(&result.activity);
+                self.finished(cx, n, *result);
+            }
+            report => {
+                let executions = self.executions.as_ref().expect("reporting");
+                // The runner gone, nobody is left to tell.
+                let _ = executions.to.send((n as usize, report));
+            }
+        }
+        self.step()
+    }
+
+    /// The shell activity of node `n` ended with `result`: settles `n` and
+    /// releases or cancels what runs after it.
+    fn finished(&mut self, cx: &mut ActivityCx<'_>, n: u32, result: ShellResult) {
+        let context = self.graph.context_of(n as usize);
+        self.in_flight[context] -= 1;
+        self.counts.in_flight[context].store(self.in_flight[context], Ordering::Relaxed);
+        let success = result.is_success();
+        self.settle(
+            cx,
+            NodeReport::Finished {
+                node: n as usize,
+                result: Box::new(result),
+            },
+        );
+        if success {
+            self.release_dependants(n);
+        } else {
+            self.cancel_dependants(cx, n);
+        }
+        self.pump(cx);
     }
 }
 
@@ -397,6 +531,9 @@ impl Activity for Coordinator {
     }
 
     fn process(&mut self, cx: &mut ActivityCx<'_>, event: Event) -> Step {
+        if self.executions.is_some() {
+            return self.process_reported(cx, event);
+        }
         let source = event.source;
         let result = match event.take::<ShellResult>() {
             Ok(result) => result,
@@ -406,26 +543,99 @@ impl Activity for Coordinator {
             }
         };
         let Some(n) = self.running.remove(&result.activity) else {
-            tracing::error!(activity = %result.activity, "a shell result for no node of this graph; ignored");
+            let settled = self.node_named(result.name.as_deref()).is_some();
+            tracing::error!(activity = %result.activity, settled, "a shell result for no node of this graph in flight; ignored");
             return self.step();
         };
-        let context = self.graph.context_of(n as usize);
-        self.in_flight[context] -= 1;
-        self.counts.in_flight[context].store(self.in_flight[context], Ordering::Relaxed);
-        let success = result.is_success();
-        self.settle(
-            cx,
-            NodeReport::Finished {
-                node: n as usize,
-                result: Box::new(result),
-            },
-        );
-        if success {
-            self.release_dependants(n);
-        } else {
-            self.cancel_dependants(cx, n);
-        }
-        self.pump(cx);
+        self.finished(cx, n, result);
         self.step()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::mpsc::Receiver;
+    use std::time::{Duration, Instant};
+
+    use constellation::collect::MultiEventCollector;
+    use constellation::{ExecutorContext, Pool};
+
+    use super::*;
+    use crate::graph::Format;
+
+    /// Generous for a loaded machine; the commands take milliseconds.
+    const PATIENCE: Duration = Duration::from_secs(120);
+
+    /// The next `count` execution reports, or a clear failure.
+    fn next_reports(
+        from: &Receiver<(usize, ShellReport)>,
+        count: usize,
+    ) -> Vec<(usize, ShellReport)> {
+        let deadline = Instant::now() + PATIENCE;
+        (0..count)
+            .map(|k| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                from.recv_timeout(left)
+                    .unwrap_or_else(|e| panic!("execution report {} of {count}: {e}", k + 1))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn executions_are_reported_and_an_extra_result_is_kept_until_closed() {
+        let text = "[[activity]]\nid = \"a\"\ncommand = \"true\"\n\n\
+                    [[activity]]\nid = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\n";
+        let graph = Arc::new(Graph::parse(text, Format::Toml, "g.toml", Path::new(".")).unwrap());
+        let pool = Pool::builder()
+            .executor(ExecutorContext::anywhere())
+            .executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]))
+            .start()
+            .unwrap();
+        let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
+        let (collector, settled) = MultiEventCollector::new(graph.len());
+        let observer = pool.submit(collector.on(coordination)).unwrap();
+        let (to, executions) = std::sync::mpsc::channel();
+        let coordinator = Coordinator::new(Arc::clone(&graph), &[false, false], observer)
+            .with_capture(Capture::Discard)
+            .report_executions(to, pool.address());
+        let id = pool.submit(coordinator).unwrap();
+
+        let reports: Vec<NodeReport> = (settled.wait_timeout(PATIENCE).unwrap().into_iter())
+            .map(|event| event.take().unwrap())
+            .collect();
+        assert_eq!(reports.len(), 2);
+        assert!(reports.iter().all(NodeReport::is_success), "{reports:?}");
+        let starts = next_reports(&executions, 2);
+        for (k, (node, report)) in starts.iter().enumerate() {
+            assert_eq!(*node, k, "a starts before b: {starts:?}");
+            let ShellReport::Started(started) = report else {
+                panic!("a start: {report:?}");
+            };
+            assert_eq!(started.attempt, 1);
+            assert_eq!(started.name.as_deref(), Some(graph.id(k)));
+        }
+
+        // A second copy of `a`, as when the notice that it finished was
+        // lost and it ran again: both nodes are settled by now.
+        let copy = ShellActivity::new(graph.spec(0).capture(Capture::Discard))
+            .reply_to(id)
+            .report_starts();
+        pool.submit(copy).unwrap();
+        let extra = next_reports(&executions, 2);
+        assert!(
+            matches!(&extra[0], (0, ShellReport::Started(s)) if s.attempt == 1),
+            "{extra:?}"
+        );
+        let (0, ShellReport::Ended(result)) = &extra[1] else {
+            panic!("the copy's result, for node 0: {extra:?}");
+        };
+        assert!(result.is_success(), "{result:?}");
+        assert!(
+            Coordinator::close(&pool, id),
+            "the coordinator waits for its runner to close its reports"
+        );
+        pool.done().unwrap();
+        assert!(executions.try_recv().is_err(), "nothing more is reported");
     }
 }
