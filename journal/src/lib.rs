@@ -38,8 +38,8 @@ pub use lock::{lock_path, Writer};
 pub use open::{Journal, SCHEMA, SCHEMA_VERSION};
 pub use rows::{
     unix_seconds, ActivityDecl, ActivityRow, ActivityState, ActivityUpdate, AttemptFacts,
-    AttemptRow, ExecutorRow, ExecutorSlot, KindRow, NewAttempt, NewRun, RunRow, RunStatus,
-    StateCount, StreamPlace,
+    AttemptRow, ExecutorRow, ExecutorSlot, KindRow, NewAttempt, NewRun, ReExecutions, RunRow,
+    RunStatus, StateCount, StreamPlace, EXTRA_EXECUTION, LOST,
 };
 
 #[cfg(test)]

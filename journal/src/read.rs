@@ -8,7 +8,7 @@ use crate::error::JournalError;
 use crate::open::Journal;
 use crate::rows::{
     ActivityRow, ActivityState, AttemptFacts, AttemptRow, ExecutorRow, ExecutorSlot, KindRow,
-    RunRow, StateCount, StreamPlace,
+    ReExecutions, RunRow, StateCount, StreamPlace, EXTRA_EXECUTION, LOST,
 };
 // Where the sources come from, for a doc link.
 #[cfg(doc)]
@@ -202,6 +202,38 @@ impl Journal {
             ))?;
             let rows = query.query_map([id], attempt_row)?;
             rows.collect()
+        })
+    }
+
+    /// The highest attempt number of `activity` in run `run`; 0 if it has
+    /// none. The next execution's attempts are numbered after it.
+    pub fn last_attempt(&self, run: i64, activity: i64) -> Result<i64, JournalError> {
+        self.sql(|c| {
+            c.query_row(
+                "SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE run = ?1 AND activity = ?2",
+                [run, activity],
+                |row| row.get(0),
+            )
+        })
+    }
+
+    /// What run `run` executed beyond one execution per activity:
+    /// executions lost with their node, and extra ones after their
+    /// activity had settled.
+    pub fn re_executions(&self, run: i64) -> Result<ReExecutions, JournalError> {
+        self.sql(|c| {
+            c.query_row(
+                "SELECT COALESCE(SUM(outcome = ?2), 0),
+                        COALESCE(SUM(substr(message, 1, length(?3)) = ?3), 0)
+                 FROM attempts WHERE run = ?1",
+                rusqlite::params![run, LOST, EXTRA_EXECUTION],
+                |row| {
+                    Ok(ReExecutions {
+                        lost: row.get::<_, i64>(0)? as usize,
+                        extra: row.get::<_, i64>(1)? as usize,
+                    })
+                },
+            )
         })
     }
 

@@ -123,7 +123,7 @@ pub struct NewAttempt {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out` or `start_failed`.
+    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
     pub outcome: String,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,
@@ -166,7 +166,7 @@ pub struct AttemptRow {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out` or `start_failed`.
+    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
     pub outcome: String,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,
@@ -209,7 +209,7 @@ pub struct AttemptFacts<'a> {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out` or `start_failed`.
+    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
     pub outcome: &'a str,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,
@@ -326,6 +326,34 @@ pub struct ActivityUpdate {
     pub message: Option<String>,
     /// The attempts it made in this run (none for a cancelled one).
     pub attempts: Vec<NewAttempt>,
+}
+
+/// The outcome of an attempt whose end nobody saw: the node that ran it
+/// died or left before it reported. Its `ended` is when that was noticed.
+pub const LOST: &str = "lost";
+
+/// How the message of an extra execution's attempts begins: one that ran
+/// after its activity had settled (its node's notice that it finished was
+/// lost, so it ran again, or two copies ran). Its attempts leave the
+/// activity's state as it was.
+pub const EXTRA_EXECUTION: &str = "extra execution";
+
+/// Executions of a run beyond one per activity, as the journal tells them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReExecutions {
+    /// Attempts whose outcome is [`LOST`]: each execution lost with its
+    /// node runs again.
+    pub lost: usize,
+    /// Attempts of extra executions (their message begins with
+    /// [`EXTRA_EXECUTION`]).
+    pub extra: usize,
+}
+
+impl ReExecutions {
+    /// Both kinds together.
+    pub fn total(&self) -> usize {
+        self.lost + self.extra
+    }
 }
 
 /// Seconds since the Unix epoch, as the journal stores times.

@@ -85,14 +85,17 @@ CREATE UNIQUE INDEX IF NOT EXISTS activities_by_id ON activities(id);
 CREATE TABLE IF NOT EXISTS attempts (
     run           INTEGER NOT NULL REFERENCES runs(run),
     activity      INTEGER NOT NULL REFERENCES activities(activity),
-    attempt       INTEGER NOT NULL,  -- 1, 2, ... within the run
+    attempt       INTEGER NOT NULL,  -- 1, 2, ... within the run, over all its executions
     slot          INTEGER NOT NULL REFERENCES executors(slot), -- the executor that ran it
     started       REAL NOT NULL,
     ended         REAL NOT NULL,
-    outcome       TEXT NOT NULL,     -- exited | signalled | timed_out | start_failed
+    outcome       TEXT NOT NULL,     -- exited | signalled | timed_out | start_failed | lost
+                                     --   (lost: its node died or left before it reported;
+                                     --   ended is when that was noticed)
     exit_code     INTEGER,           -- for exited
     signal        INTEGER,           -- for signalled
-    message       TEXT,              -- the outcome in words
+    message       TEXT,              -- the outcome in words; 'extra execution...' for an
+                                     --   execution after its activity had settled
     cpu_seconds   REAL,              -- user + system CPU of the command, where known
     stdout        TEXT,              -- file paths, NULL if not kept in a file of its own, or
     stderr        TEXT,              --   if the command wrote nothing there (no file is left)

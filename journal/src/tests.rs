@@ -748,3 +748,90 @@ fn of_two_threads_creating_one_journal_exactly_one_gets_it() {
     drop(results);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn more_attempts_keep_the_state_and_lost_ones_and_extra_ones_are_counted() {
+    let dir = scratch("more-attempts");
+    let mut journal = Journal::create(&dir.join("run.db")).unwrap();
+    let run = journal.begin_run(&new_run()).unwrap();
+    let (kinds, contexts) = (names(&["k"]), names(&["anywhere"]));
+    let keys = journal
+        .declare(
+            run,
+            &kinds,
+            &contexts,
+            [decl("a", 1, true), decl("b", 1, true)],
+        )
+        .unwrap();
+    assert_eq!(journal.last_attempt(run, keys[0]).unwrap(), 0);
+    let lost = NewAttempt {
+        attempt: 1,
+        node: "there#1".into(),
+        outcome: LOST.into(),
+        exit_code: None,
+        message: Some("the agent there#1 died or left while it ran".into()),
+        ..attempt(0)
+    };
+    // `a` is lost with its node, and stays pending; its rerun succeeds.
+    journal
+        .record_with(run, &[], &[(keys[0], lost.clone())])
+        .unwrap();
+    assert_eq!(
+        journal.activities().unwrap()[0].state,
+        ActivityState::Pending
+    );
+    assert_eq!(journal.last_attempt(run, keys[0]).unwrap(), 1);
+    let rerun = ActivityUpdate {
+        attempts: vec![NewAttempt {
+            attempt: 2,
+            ..attempt(0)
+        }],
+        ..update(keys[0], ActivityState::Done)
+    };
+    // `b` is done, then an extra execution of it fails: it stays done.
+    let extra = NewAttempt {
+        attempt: 2,
+        message: Some(format!(
+            "{EXTRA_EXECUTION}: it ran again after it had settled"
+        )),
+        ..attempt(1)
+    };
+    journal
+        .record_with(
+            run,
+            &[rerun, update(keys[1], ActivityState::Done)],
+            &[(keys[1], extra)],
+        )
+        .unwrap();
+    let states: Vec<ActivityState> = (journal.activities().unwrap().iter())
+        .map(|a| a.state)
+        .collect();
+    assert_eq!(states, [ActivityState::Done, ActivityState::Done]);
+    assert_eq!(journal.last_attempt(run, keys[0]).unwrap(), 2);
+    assert_eq!(journal.last_attempt(run, keys[1]).unwrap(), 2);
+    assert_eq!(journal.attempts(Some(run)).unwrap().len(), 4);
+    let counted = journal.re_executions(run).unwrap();
+    assert_eq!(counted, ReExecutions { lost: 1, extra: 1 });
+    assert_eq!(counted.total(), 2);
+    assert_eq!(
+        journal.re_executions(run + 1).unwrap(),
+        ReExecutions::default()
+    );
+
+    // A lost attempt whose result comes after all is replaced by it.
+    journal
+        .record_with(
+            run,
+            &[],
+            &[(
+                keys[0],
+                NewAttempt {
+                    node: "there#1".into(),
+                    ..attempt(0)
+                },
+            )],
+        )
+        .unwrap();
+    assert_eq!(journal.attempts(Some(run)).unwrap().len(), 4);
+    assert_eq!(journal.re_executions(run).unwrap().lost, 0);
+}

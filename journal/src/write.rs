@@ -9,7 +9,9 @@ use rusqlite::{params, OptionalExtension};
 
 use crate::error::JournalError;
 use crate::open::{Journal, INDEX_IDS};
-use crate::rows::{unix_seconds, ActivityDecl, ActivityUpdate, ExecutorRow, NewRun, RunStatus};
+use crate::rows::{
+    unix_seconds, ActivityDecl, ActivityUpdate, ExecutorRow, NewAttempt, NewRun, RunStatus,
+};
 
 /// A new activity, pending.
 const INSERT_ACTIVITY: &str = "INSERT INTO activities(id, kind, context, spec_hash, state, run)
@@ -236,6 +238,20 @@ impl Journal {
     /// Records what happened to some activities in run `run`, in one
     /// transaction: their attempts and their new states.
     pub fn record(&mut self, run: i64, updates: &[ActivityUpdate]) -> Result<(), JournalError> {
+        self.record_with(run, updates, &[])
+    }
+
+    /// [`record`](Self::record), and in the same transaction, after the
+    /// updates, `more` attempts `(activity, attempt)` that change no
+    /// activity's state: executions lost with their node, and executions
+    /// after their activity had settled. An attempt with the number of one
+    /// recorded before replaces it (a lost one whose result came after all).
+    pub fn record_with(
+        &mut self,
+        run: i64,
+        updates: &[ActivityUpdate],
+        more: &[(i64, NewAttempt)],
+    ) -> Result<(), JournalError> {
         let Journal {
             conn, path, slots, ..
         } = self;
@@ -255,38 +271,41 @@ impl Journal {
             let mut state = tx.prepare_cached(
                 "UPDATE activities SET state = ?2, run = ?3, message = ?4 WHERE activity = ?1",
             )?;
+            let updated =
+                (updates.iter()).flat_map(|u| u.attempts.iter().map(move |a| (u.activity, a)));
+            let more = more.iter().map(|(activity, a)| (*activity, a));
+            for (activity, a) in updated.chain(more) {
+                let slot = match slots.get(run, &a.node, a.executor, &a.labels) {
+                    Some(slot) => slot,
+                    None => {
+                        let slot = slot_of(&tx, run, &a.node, a.executor, &a.labels)?;
+                        slots.insert(run, &a.node, a.executor, &a.labels, slot);
+                        slot
+                    }
+                };
+                let stream = a.stream.as_ref();
+                attempt.execute(params![
+                    run,
+                    activity,
+                    a.attempt,
+                    slot,
+                    a.started,
+                    a.ended,
+                    a.outcome,
+                    a.exit_code,
+                    a.signal,
+                    a.message,
+                    a.cpu_seconds,
+                    a.stdout,
+                    a.stderr,
+                    a.stdout_bytes,
+                    a.stderr_bytes,
+                    stream.map(|s| &s.file),
+                    stream.map(|s| s.offset),
+                    stream.map(|s| s.length),
+                ])?;
+            }
             for update in updates {
-                for a in &update.attempts {
-                    let slot = match slots.get(run, &a.node, a.executor, &a.labels) {
-                        Some(slot) => slot,
-                        None => {
-                            let slot = slot_of(&tx, run, &a.node, a.executor, &a.labels)?;
-                            slots.insert(run, &a.node, a.executor, &a.labels, slot);
-                            slot
-                        }
-                    };
-                    let stream = a.stream.as_ref();
-                    attempt.execute(params![
-                        run,
-                        update.activity,
-                        a.attempt,
-                        slot,
-                        a.started,
-                        a.ended,
-                        a.outcome,
-                        a.exit_code,
-                        a.signal,
-                        a.message,
-                        a.cpu_seconds,
-                        a.stdout,
-                        a.stderr,
-                        a.stdout_bytes,
-                        a.stderr_bytes,
-                        stream.map(|s| &s.file),
-                        stream.map(|s| s.offset),
-                        stream.map(|s| s.length),
-                    ])?;
-                }
                 state.execute(params![
                     update.activity,
                     update.state.as_str(),
