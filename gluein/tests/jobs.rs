@@ -544,16 +544,22 @@ fn work_no_agent_offers_is_refused_unless_the_submitter_waits_for_its_labels() {
         String::from_utf8_lossy(&accepted.stdout).trim(),
         "submitted job 1 (gpu)"
     );
-    let shown = job(&dir, 1);
-    assert!(
-        ["queued", "running"].contains(&shown["job"]["state"].as_str().unwrap_or_default()),
-        "it waits for an agent that offers gpu: {shown}"
+    // Its runner runs, and says what its work waits for.
+    let runner_log = "pool.state/jobs/1/runner.log";
+    wait_for_log(
+        &dir,
+        runner_log,
+        "3 waiting for labels no executor offers: gpu (3)",
     );
+    let shown = job(&dir, 1);
+    assert_eq!(shown["job"]["state"], "running", "{shown}");
+    assert_eq!(shown["job"]["counts"]["done"], 0, "{shown}");
     // Its runner must not stay behind, waiting for a gpu.
     let cancelled = run(&dir, &["cancel", "1", "--pool", "pool.json"]);
     assert!(cancelled.status.success(), "{}", text(&cancelled));
     let waited = wait(&dir, &[1], &["--timeout", "120s"]);
     assert_eq!(waited.status.code(), Some(1), "{}", text(&waited));
+    assert_eq!(job(&dir, 1)["job"]["state"], "cancelled");
 }
 
 /// `job` shows every activity from the journal, and `report --job` reports
