@@ -8,80 +8,17 @@
 //! Two embedded pools stand for two runners: each issues activity ids
 //! that name its own node.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{
+    assert_group_gone, assert_none_ran_on, failing_then_retried_in_a_minute, pid_in,
+    polite_and_stubborn_scripts, retried_after_signal, scratch, stopped_outcome,
+};
 use constellation::collect::MultiEventCollector;
 use constellation::{NodeId, Pool};
-use executors::shell::{self, Capture, RetryOn, RetryPolicy, ShellActivity, ShellOutcome};
-use executors::shell::{ShellResult, ShellSpec};
-
-/// A fresh directory for the test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cancel-origin-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Whether `pid` is a live process (a zombie counts as dead).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat.rsplit_once(") ").map_or("", |(_, s)| s);
-        !state.starts_with('Z') && !state.starts_with('X')
-    })
-}
-
-/// Live processes whose process group is `group`.
-fn group_members(group: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let Some((_, rest)) = stat.rsplit_once(") ") else {
-                    return false;
-                };
-                // state ppid pgrp ...
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
-            })
-        })
-        .collect()
-}
-
-/// The pid a command wrote to `path`, once it has (at most 30 s).
-fn pid_in(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} was never written",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A command that may be retried after a signal, its output in memory.
-fn retried_after_signal(script: String) -> ShellSpec {
-    ShellSpec::script(script)
-        .capture(Capture::Memory { limit: 4096 })
-        .retry(RetryPolicy {
-            max_attempts: 3,
-            retry_on: RetryOn::TimeoutOrSignal,
-            ..RetryPolicy::default()
-        })
-}
+use executors::shell::{self, ShellActivity, ShellResult};
 
 /// Kills the groups of the test's commands if the test fails before
 /// `cancel_origin` did.
@@ -105,41 +42,16 @@ fn only_the_cancelled_origins_commands_die_report_once_and_nothing_of_it_starts_
     let (collector, results) = MultiEventCollector::new(3);
     let parent = cancelled.submit(collector).unwrap();
     let origin = parent.origin();
-    // One ends at SIGTERM; the other ignores it (and so does its `sleep`),
-    // so only the SIGKILL after the grace ends it.
-    let polite = cancelled
-        .submit(
-            ShellActivity::new(retried_after_signal(format!(
-                "echo $$ > {0}/polite; sleep 30; echo again >> {0}/polite",
-                dir.display()
-            )))
-            .reply_to(parent),
-        )
-        .unwrap();
-    let stubborn = cancelled
-        .submit(
-            ShellActivity::new(retried_after_signal(format!(
-                "trap '' TERM; echo $$ > {0}/stubborn; sleep 30; echo again >> {0}/stubborn",
-                dir.display()
-            )))
-            .reply_to(parent),
-        )
-        .unwrap();
+    // One ends at SIGTERM; the other ignores it, so only the SIGKILL after
+    // the grace ends it.
+    let [polite, stubborn] = polite_and_stubborn_scripts(&dir).map(|script| {
+        cancelled
+            .submit(ShellActivity::new(retried_after_signal(script)).reply_to(parent))
+            .unwrap()
+    });
     // A third failed at once and waits a minute to retry.
     let retrying = cancelled
-        .submit(
-            ShellActivity::new(
-                ShellSpec::script(format!("echo failed >> {}/retrying; exit 3", dir.display()))
-                    .capture(Capture::Memory { limit: 4096 })
-                    .retry(RetryPolicy {
-                        max_attempts: 3,
-                        retry_on: RetryOn::AnyFailure,
-                        delay: Duration::from_secs(60),
-                        ..RetryPolicy::default()
-                    }),
-            )
-            .reply_to(parent),
-        )
+        .submit(ShellActivity::new(failing_then_retried_in_a_minute(&dir)).reply_to(parent))
         .unwrap();
     assert!([polite, stubborn, retrying]
         .iter()
@@ -194,17 +106,7 @@ fn only_the_cancelled_origins_commands_die_report_once_and_nothing_of_it_starts_
     assert_eq!(results.len(), 3);
     for result in &results {
         assert_eq!(result.attempts, 1, "retried after the cancel: {result:?}");
-        let want = if result.activity == polite {
-            ShellOutcome::Signalled {
-                signal: libc::SIGTERM,
-            }
-        } else if result.activity == stubborn {
-            ShellOutcome::Signalled {
-                signal: libc::SIGKILL,
-            }
-        } else {
-            ShellOutcome::Exited { code: 3 }
-        };
+        let want = stopped_outcome(result.activity == polite, result.activity == stubborn);
         assert_eq!(result.outcome, want, "{result:?}");
         let why = result.cancelled.as_deref().unwrap_or_else(|| {
             panic!("a result of the cancelled origin is not marked cancelled: {result:?}")
@@ -221,12 +123,7 @@ fn only_the_cancelled_origins_commands_die_report_once_and_nothing_of_it_starts_
         );
     }
     for pid in [polite_pid, stubborn_pid] {
-        assert!(!alive(pid), "command {pid} is still alive");
-        assert!(
-            group_members(pid).is_empty(),
-            "processes of group {pid} are still alive: {:?}",
-            group_members(pid)
-        );
+        assert_group_gone(pid);
     }
     assert_eq!(shell::running_from(origin), 0);
     assert_eq!(
@@ -234,10 +131,7 @@ fn only_the_cancelled_origins_commands_die_report_once_and_nothing_of_it_starts_
         "failed\n",
         "the failed command was retried after the cancel"
     );
-    for name in ["polite", "stubborn"] {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
-        assert!(!text.contains("again"), "{name} ran on: {text}");
-    }
+    assert_none_ran_on(&dir);
 
     // Work of the cancelled origin that comes later never starts and sends
     // nothing, yet finishes: the pool ends with nothing left waiting.

@@ -3,80 +3,17 @@
 //! command after it. In its own test binary, because the stop is
 //! process-wide and cannot be undone.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{
+    assert_group_gone, assert_none_ran_on, failing_then_retried_in_a_minute, pid_in,
+    polite_and_stubborn_scripts, retried_after_signal, scratch, stopped_outcome,
+};
 use constellation::collect::MultiEventCollector;
 use constellation::Pool;
-use executors::shell::{self, Capture, RetryPolicy, ShellActivity, ShellOutcome, ShellResult};
-use executors::shell::{RetryOn, ShellSpec};
-
-/// A fresh directory for the test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kill-all-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Whether `pid` is a live process (a zombie counts as dead).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat.rsplit_once(") ").map_or("", |(_, s)| s);
-        !state.starts_with('Z') && !state.starts_with('X')
-    })
-}
-
-/// Live processes whose process group is `group`.
-fn group_members(group: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let Some((_, rest)) = stat.rsplit_once(") ") else {
-                    return false;
-                };
-                // state ppid pgrp ...
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
-            })
-        })
-        .collect()
-}
-
-/// The pid a command wrote to `path`, once it has (at most 30 s).
-fn pid_in(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} was never written",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A command that may be retried after a signal, its output in memory.
-fn command(script: String) -> ShellSpec {
-    ShellSpec::script(script)
-        .capture(Capture::Memory { limit: 4096 })
-        .retry(RetryPolicy {
-            max_attempts: 3,
-            retry_on: RetryOn::TimeoutOrSignal,
-            ..RetryPolicy::default()
-        })
-}
+use executors::shell::{self, ShellActivity, ShellResult};
 
 #[test]
 fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
@@ -84,42 +21,15 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
     let pool = Pool::builder().executors(3).start().unwrap();
     let (collector, results) = MultiEventCollector::new(3);
     let parent = pool.submit(collector).unwrap();
-    // One ends at SIGTERM; the other ignores it (and so does its `sleep`,
-    // which inherits the disposition), so only the SIGKILL after the grace
-    // ends it.
-    let polite = pool
-        .submit(
-            ShellActivity::new(command(format!(
-                "echo $$ > {0}/polite; sleep 30; echo again >> {0}/polite",
-                dir.display()
-            )))
-            .reply_to(parent),
-        )
-        .unwrap();
-    let stubborn = pool
-        .submit(
-            ShellActivity::new(command(format!(
-                "trap '' TERM; echo $$ > {0}/stubborn; sleep 30; echo again >> {0}/stubborn",
-                dir.display()
-            )))
-            .reply_to(parent),
-        )
-        .unwrap();
+    // One ends at SIGTERM; the other ignores it, so only the SIGKILL after
+    // the grace ends it.
+    let [polite, stubborn] = polite_and_stubborn_scripts(&dir).map(|script| {
+        pool.submit(ShellActivity::new(retried_after_signal(script)).reply_to(parent))
+            .unwrap()
+    });
     // A third failed at once and waits a minute to retry.
     let retrying = pool
-        .submit(
-            ShellActivity::new(
-                ShellSpec::script(format!("echo failed >> {}/retrying; exit 3", dir.display()))
-                    .capture(Capture::Memory { limit: 4096 })
-                    .retry(RetryPolicy {
-                        max_attempts: 3,
-                        retry_on: RetryOn::AnyFailure,
-                        delay: Duration::from_secs(60),
-                        ..RetryPolicy::default()
-                    }),
-            )
-            .reply_to(parent),
-        )
+        .submit(ShellActivity::new(failing_then_retried_in_a_minute(&dir)).reply_to(parent))
         .unwrap();
     let polite_pid = pid_in(&dir.join("polite"));
     let stubborn_pid = pid_in(&dir.join("stubborn"));
@@ -150,12 +60,7 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
     assert!(shell::stopped());
     assert_eq!(shell::running_count(), 0);
     for pid in [polite_pid, stubborn_pid] {
-        assert!(!alive(pid), "command {pid} is still alive");
-        assert!(
-            group_members(pid).is_empty(),
-            "processes of group {pid} are still alive: {:?}",
-            group_members(pid)
-        );
+        assert_group_gone(pid);
     }
 
     // Each reports its one attempt, killed or failed: no retry after the
@@ -166,17 +71,7 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
     let results: Vec<ShellResult> = events.into_iter().map(|e| e.take().unwrap()).collect();
     for result in &results {
         assert_eq!(result.attempts, 1, "{result:?}");
-        let want = if result.activity == polite {
-            ShellOutcome::Signalled {
-                signal: libc::SIGTERM,
-            }
-        } else if result.activity == stubborn {
-            ShellOutcome::Signalled {
-                signal: libc::SIGKILL,
-            }
-        } else {
-            ShellOutcome::Exited { code: 3 }
-        };
+        let want = stopped_outcome(result.activity == polite, result.activity == stubborn);
         assert_eq!(result.outcome, want, "{result:?}");
     }
     assert_eq!(shell::waiting_to_retry(), 0);
@@ -185,16 +80,17 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
         "failed\n",
         "the failed command was retried after the stop"
     );
-    for name in ["polite", "stubborn"] {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
-        assert!(!text.contains("again"), "{name} ran on: {text}");
-    }
+    assert_none_ran_on(&dir);
 
     // A command submitted after the stop never starts, and reports nothing.
     let (collector, results) = MultiEventCollector::new(1);
     let parent = pool.submit(collector).unwrap();
     pool.submit(
-        ShellActivity::new(command(format!("touch {}/late", dir.display()))).reply_to(parent),
+        ShellActivity::new(retried_after_signal(format!(
+            "touch {}/late",
+            dir.display()
+        )))
+        .reply_to(parent),
     )
     .unwrap();
     assert!(
