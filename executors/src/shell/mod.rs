@@ -148,6 +148,9 @@ struct Progress {
     attempt: u32,
     /// The last attempt announced to the parent; 0 for none.
     announced: u32,
+    /// Whether it holds its executor's start ([`running::claim_start`])
+    /// from the announcement until its command starts.
+    claimed: bool,
     /// Every attempt that ran, first to last.
     history: Vec<AttemptRecord>,
     /// The result so far, while a retry waits.
@@ -159,17 +162,19 @@ impl Default for Progress {
         Progress {
             attempt: 1,
             announced: 0,
+            claimed: false,
             history: Vec::new(),
             last: None,
         }
     }
 }
 
-/// The event a reporting shell activity sends itself after announcing an
-/// attempt: it comes back once the call has returned, and with it the
-/// announcement has gone out, so the command starts on the next call.
+/// The event a reporting shell activity sends itself to be called again:
+/// after announcing an attempt (it comes back once the call has returned,
+/// and with it the announcement has gone out, so the command starts on the
+/// next call), or to let an attempt announced on its executor start first.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct StartAnnounced;
+struct CallAgain;
 
 impl ShellActivity {
     /// An activity running `spec`. Without [`reply_to`](Self::reply_to) the
@@ -197,8 +202,17 @@ impl ShellActivity {
     /// An event goes out only when the call that sends it returns, so
     /// each attempt costs one more call: the activity announces it,
     /// returns, and runs it when its own wake-up event arrives, on the
-    /// same executor. For work spread over a pool; a local run of many
-    /// short commands has no node to lose, and leaves it off.
+    /// same executor. Meanwhile that executor may take up other work
+    /// (an activity that came from another node has its events delivered
+    /// after the executor looked for its next call): a reporting activity
+    /// that finds an attempt announced on its executor waits for it to
+    /// start, so each announcement is followed by its command at once,
+    /// and an announced attempt that never started is rare. The one
+    /// waiting stays on that executor: at most one activity per executor
+    /// is held back this way, as a prefetch.
+    ///
+    /// For work spread over a pool; a local run of many short commands
+    /// has no node to lose, and leaves it off.
     pub fn report_starts(mut self) -> Self {
         self.report_starts = true;
         self
@@ -214,8 +228,8 @@ impl ShellActivity {
     /// ([`stop_starting`]) or the activity's origin was cancelled
     /// ([`cancel_origin`]); after either, an attempt that ended is not
     /// retried, and its result is the last. A reporting activity returns
-    /// [`Ran::Announced`] before each attempt, and goes on from there on
-    /// its next call.
+    /// [`Ran::Later`] before each attempt, and goes on from there on its
+    /// next call.
     fn run(&mut self, cx: &mut ActivityCx<'_>) -> Ran {
         let activity = cx.id();
         let labels = cx.executor_context().label_list();
@@ -233,9 +247,15 @@ impl ShellActivity {
         let Progress {
             mut attempt,
             mut announced,
+            claimed,
             mut history,
             mut last,
         } = self.progress.take().map(|p| *p).unwrap_or_default();
+        let executor = (cx.node(), cx.executor_index());
+        if claimed {
+            // Announced in the last call: it starts now, or never.
+            running::release_start(executor);
+        }
         let spec = &self.spec;
         loop {
             if running::stopped() {
@@ -247,6 +267,20 @@ impl ShellActivity {
             if let (true, Some(parent), true) =
                 (self.report_starts, self.parent, announced < attempt)
             {
+                let claimed = running::claim_start(executor);
+                cx.send(activity, CallAgain);
+                if !claimed {
+                    // Another activity announced an attempt here and has
+                    // not started it: it runs first.
+                    self.progress = Some(Box::new(Progress {
+                        attempt,
+                        announced,
+                        claimed,
+                        history,
+                        last,
+                    }));
+                    return Ran::Later;
+                }
                 let started = ShellStarted {
                     activity,
                     name: spec.name.clone(),
@@ -258,14 +292,14 @@ impl ShellActivity {
                     started: std::time::SystemTime::now(),
                 };
                 cx.send(parent, ShellReport::Started(started));
-                cx.send(activity, StartAnnounced);
                 self.progress = Some(Box::new(Progress {
                     attempt,
                     announced: attempt,
+                    claimed,
                     history,
                     last,
                 }));
-                return Ran::Announced;
+                return Ran::Later;
             }
             announced = attempt;
             let files = match &spec.capture {
@@ -396,9 +430,10 @@ impl ShellActivity {
 enum Ran {
     /// With this result, to report: the last attempt's.
     Done(Box<ShellResult>),
-    /// Before an attempt, which it announced to its parent: it starts on
-    /// the next call.
-    Announced,
+    /// Before an attempt, which it announced to its parent, or which waits
+    /// for one announced on its executor to start: it goes on in the next
+    /// call.
+    Later,
     /// Without running a command: this process stopped starting them.
     Stopping,
     /// Without running a command: the work of the activity's origin was
@@ -462,7 +497,7 @@ impl Activity for ShellActivity {
 
     fn process(&mut self, cx: &mut ActivityCx<'_>, event: Event) -> Step {
         if self.progress.is_some() {
-            if event.source == cx.id() && event.take::<StartAnnounced>().is_ok() {
+            if event.source == cx.id() && event.take::<CallAgain>().is_ok() {
                 return self.step(cx);
             }
             // Its own wake-up event is on its way: nothing else may start
@@ -481,7 +516,7 @@ impl ShellActivity {
     fn step(&mut self, cx: &mut ActivityCx<'_>) -> Step {
         let result = match self.run(cx) {
             Ran::Done(result) => *result,
-            Ran::Announced => return Step::Suspend,
+            Ran::Later => return Step::Suspend,
             Ran::Stopping => {
                 // This process stopped starting commands: the activity
                 // stays unfinished, to run when the work is resumed.

@@ -340,6 +340,35 @@ fn wait_until_gone(groups: &[libc::pid_t], deadline: Instant) -> bool {
     }
 }
 
+/// The executors, as (node, index), where a shell activity has announced
+/// an attempt to its parent and not started it yet. Few: one entry per
+/// executor at most, for a call's length.
+static ANNOUNCED: Mutex<Vec<(NodeId, usize)>> = Mutex::new(Vec::new());
+
+fn announced() -> MutexGuard<'static, Vec<(NodeId, usize)>> {
+    // Each change is one push or removal: consistent whatever panicked.
+    ANNOUNCED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Claims `executor` for an attempt about to be announced: `false` if
+/// another activity announced one there and has not started it, which
+/// must start first. [`release_start`] ends the claim.
+pub(crate) fn claim_start(executor: (NodeId, usize)) -> bool {
+    let mut announced = announced();
+    if announced.contains(&executor) {
+        return false;
+    }
+    announced.push(executor);
+    true
+}
+
+/// Ends a [`claim_start`]: the announced attempt starts now, or never.
+pub(crate) fn release_start(executor: (NodeId, usize)) {
+    announced().retain(|&e| e != executor);
+}
+
 /// How many commands run now.
 pub fn running_count() -> usize {
     running().groups.len()
