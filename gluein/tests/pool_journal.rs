@@ -1,8 +1,8 @@
 //! The journal of a run on a pool: each agent is a node of its own, even
 //! two on one host, listed with its executors' labels and cores; each
 //! attempt names the agent and executor that ran it; and the report counts
-//! the agents' executors. With an agent killed mid-run, what the journal
-//! misses of its executions is measured.
+//! the agents' executors. With an agent killed mid-run, every execution is
+//! an attempt: those killed with it as lost, and their re-runs after them.
 
 mod common;
 
@@ -132,7 +132,7 @@ fn executions(dir: &Path) -> BTreeMap<String, usize> {
 }
 
 #[test]
-fn after_an_agent_is_killed_every_execution_on_the_others_is_an_attempt() {
+fn after_an_agent_is_killed_every_execution_is_an_attempt() {
     let dir = scratch("pool-journal-kill");
     let _pool = start_pool(&dir);
     let mut victim = spawn_agent(&dir, 2, "victim", &[]);
@@ -180,29 +180,60 @@ fn after_an_agent_is_killed_every_execution_on_the_others_is_an_attempt() {
             .or_default() += 1;
     }
     let executed = executions(&dir);
-    // A second result for an activity already settled (its `Finished`
-    // was lost with the victim, so it ran again) is dropped by the
-    // coordinator, which logs it.
-    let dropped = said
-        .matches("a shell result for no node of this graph")
-        .count();
-    println!("executions {executed:?}, attempts {journaled:?}, results dropped {dropped}");
-    let count = |map: &BTreeMap<String, usize>, agent: &str| map.get(agent).copied().unwrap_or(0);
+    println!("executions {executed:?}, attempts {journaled:?}");
     assert_eq!(
-        attempts
+        journaled, executed,
+        "one attempt per execution, on the agent that ran it\n{said}"
+    );
+    assert!(executed["victim"] >= 1, "{executed:?}");
+    let lost: Vec<_> = (attempts.iter())
+        .filter(|a| a.outcome == journal::LOST)
+        .collect();
+    assert_eq!(
+        lost.len(),
+        executed["victim"],
+        "the victim's executions are lost with it: {attempts:?}"
+    );
+    for a in &lost {
+        assert_eq!(first_label(&a.labels), "victim", "{a:?}");
+        let message = a.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("the agent ") && message.contains(&a.node),
+            "{message}"
+        );
+        // Each ran again, numbered after it, and that run settled it.
+        let rerun = (attempts.iter())
+            .find(|b| b.activity == a.activity && b.attempt > a.attempt)
+            .unwrap_or_else(|| panic!("no attempt after the lost one: {attempts:?}"));
+        assert_eq!(first_label(&rerun.labels), "survivor", "{rerun:?}");
+        assert_eq!(rerun.outcome, "exited", "{rerun:?}");
+    }
+    let by_activity: HashSet<_> = attempts.iter().map(|a| &a.activity).collect();
+    assert_eq!(by_activity.len(), 16, "every activity has an attempt");
+    let states = journal.state_counts().unwrap();
+    assert!(
+        states
             .iter()
-            .map(|a| &a.activity)
-            .collect::<HashSet<_>>()
-            .len(),
-        16,
-        "every activity has an attempt"
+            .all(|s| s.state == journal::ActivityState::Done),
+        "{states:?}"
     );
+    let counted = journal.re_executions(1).unwrap();
+    assert_eq!(counted.lost, lost.len());
     assert!(
-        count(&journaled, "survivor") + dropped >= count(&executed, "survivor"),
-        "executions on the survivor missing from the journal: {executed:?} {journaled:?}\n{said}"
+        said.contains(&format!("re-executions: {}", counted.total())),
+        "{said}"
     );
+
+    let report = run(&dir, &["report", journal_path.to_str().unwrap()]);
+    let shown = text(&report);
+    assert!(report.status.success(), "{shown}");
     assert!(
-        count(&journaled, "victim") <= count(&executed, "victim"),
-        "{executed:?} {journaled:?}"
+        shown.contains(&format!(
+            "re-executions: {} ({} lost with their agent, {} extra results)",
+            counted.total(),
+            counted.lost,
+            counted.extra
+        )),
+        "{shown}"
     );
 }

@@ -94,6 +94,12 @@ pub struct AttemptCounts {
     pub activities: usize,
     /// Attempts whose CPU time is known.
     pub with_cpu_seconds: usize,
+    /// Executions lost with their agent (outcome `lost`), and extra ones
+    /// after their activity had settled: what ran more than once besides
+    /// retries.
+    pub lost: usize,
+    /// See [`lost`](Self::lost).
+    pub extra: usize,
 }
 
 /// How many activities are in each state.
@@ -326,7 +332,8 @@ impl Report {
         executors.drop_unused(&mut attempts);
         let numbers: Vec<i64> = runs.iter().map(|r| r.run).collect();
         let kind_names: Vec<&str> = kinds.iter().map(|k| k.name.as_str()).collect();
-        build(
+        let re_executions = journal.re_executions(chosen.run)?;
+        let mut report = build(
             chosen,
             &numbers,
             executors.summaries,
@@ -335,7 +342,10 @@ impl Report {
             attempts,
             bins,
         )
-        .map_err(corrupt)
+        .map_err(corrupt)?;
+        report.attempts.lost = re_executions.lost;
+        report.attempts.extra = re_executions.extra;
+        Ok(report)
     }
 
     /// Indices into [`Report::kinds`] in graph order (see

@@ -118,6 +118,15 @@ impl Report {
             a.failed,
             plural(a.retries, "retry", "retries")
         )?;
+        if a.lost + a.extra > 0 {
+            writeln!(
+                f,
+                "re-executions: {} ({} lost with their agent, {} extra results)",
+                a.lost + a.extra,
+                a.lost,
+                a.extra
+            )?;
+        }
         writeln!(
             f,
             "activity states (the journal keeps one state per activity: as it stands after the latest run)"

@@ -16,6 +16,7 @@
 //! what did not finish, with nothing of this run still running beside it.
 
 mod census;
+mod executions;
 pub(crate) mod pool;
 mod progress;
 mod record;
@@ -39,6 +40,7 @@ use graph::{Coordinator, Graph, NodeReport, Relabel, ReleasedCounts, COORDINATOR
 use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 
 use census::Census;
+use executions::Executions;
 use pool::{
     check_contexts, check_pool_contexts, executor_contexts, join_pool, local_pool, unoffered,
     Runner,
@@ -297,11 +299,18 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let (collector, reports) = MultiEventCollector::new(expected);
         let collector = collector.on(coordination);
         let observer = pool.submit(collector)?;
-        let coordinator =
+        let mut coordinator =
             Coordinator::new(Arc::clone(&graph), &skip, observer).with_capture(capture);
+        if let Runner::Node(_) = &runner {
+            // Agents can die with their commands: every execution is
+            // reported, so that each is an attempt in the journal.
+            let (to, from) = std::sync::mpsc::channel();
+            coordinator = coordinator.report_executions(to, pool.address());
+            recorder.executions = Some(Executions::new(from, graph.len(), names));
+        }
         let released = coordinator.released();
         debug_assert_eq!(coordinator.reports_expected(), expected);
-        pool.submit(coordinator)?;
+        let coordinator = pool.submit(coordinator)?;
         let mut progress = Progress::new(args.progress, expected as u64);
         if let Some(path) = &args.job_progress {
             progress = progress.with_job_file(path);
@@ -316,11 +325,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
             let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
-            let finished = batch.is_none();
+            recorder.take_executions(Duration::ZERO);
+            // Once every node is settled, executions may still end.
+            let finished = batch.is_none() && recorder.drained(pool, coordinator);
             for event in batch.into_iter().flatten() {
                 recorder.take(&graph, event_report(event)?);
             }
             if let Runner::Node(node) = &runner {
+                if let Some(executions) = &mut recorder.executions {
+                    executions.check_members(node);
+                }
                 // Before the attempts are committed, so that they find
                 // their executors listed, with cores.
                 for (id, host) in recorder.new_nodes.drain(..) {
@@ -374,9 +388,14 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 let Some(batch) = reports.next_batch(Duration::from_millis(50))? else {
                     break;
                 };
+                recorder.take_executions(Duration::ZERO);
                 for event in batch {
                     recorder.take(&graph, event_report(event)?);
                 }
+            }
+            recorder.take_executions(Duration::ZERO);
+            if let Some(executions) = &mut recorder.executions {
+                executions.unreported();
             }
             if recorder.awaiting() {
                 eprintln!(
@@ -403,6 +422,18 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         JobProgressFile::new(path).write(tally, 0);
     }
     print!("{}", tally.summary(started.elapsed()));
+    if let Some(executions) = recorder
+        .executions
+        .as_ref()
+        .filter(|e| e.lost + e.extra > 0)
+    {
+        println!(
+            "re-executions: {} ({} lost with their agent, {} extra results), each an attempt in the journal",
+            executions.lost + executions.extra,
+            executions.lost,
+            executions.extra
+        );
+    }
     println!("journal: {}", journal_path.display());
     let Some(stop) = stop else {
         runner.done();
@@ -474,6 +505,10 @@ const OFFER_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How long a command may take to end after the SIGTERM of a stopping run,
 /// before it gets SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a pool run whose nodes have all settled waits for the report of
+/// an execution at a time, while some still run.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 /// How long a stopping run waits for the reports of the commands it killed.
 const KILLED_REPORTS_WAIT: Duration = Duration::from_secs(10);
@@ -668,6 +703,9 @@ struct Recorder {
     nodes_seen: HashSet<NodeId>,
     /// Those seen first since the caller last took them, with their host.
     new_nodes: Vec<(NodeId, String)>,
+    /// On a pool: the executions reported, to journal those lost with
+    /// their agent and extra ones.
+    executions: Option<Executions>,
 }
 
 impl Recorder {
@@ -683,7 +721,49 @@ impl Recorder {
             interrupted: HashSet::new(),
             nodes_seen: HashSet::new(),
             new_nodes: Vec::new(),
+            executions: None,
         }
+    }
+
+    /// Takes the executions reported since the last call, waiting up to
+    /// `wait` for one: after the batch of settling reports they go with,
+    /// and before it is taken.
+    fn take_executions(&mut self, wait: Duration) {
+        let Some(executions) = &mut self.executions else {
+            return;
+        };
+        let taken = executions.take_reports(wait);
+        for (node, host) in taken.nodes {
+            if self.nodes_seen.insert(node) {
+                self.new_nodes.push((node, host));
+            }
+        }
+        for (activity, cancelled) in taken.ended {
+            self.awaited.remove(&activity);
+            if cancelled {
+                self.cancelled_awaited = self.cancelled_awaited.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether nothing more will be reported, once every node has settled:
+    /// no execution runs on `pool` or anywhere it sent work to. Then the
+    /// coordinator `coordinator` is told so, and finishes. Waits a little
+    /// for reports when there may be more.
+    fn drained(&mut self, pool: &constellation::Pool, coordinator: ActivityId) -> bool {
+        if self.executions.is_none() {
+            return true;
+        }
+        // Read before the reports are taken: whatever was reported before
+        // the pool was seen idle is taken below.
+        let idle = pool.outstanding() == 0;
+        self.take_executions(Duration::ZERO);
+        if idle && self.executions.as_ref().is_some_and(Executions::drained) {
+            Coordinator::close(pool, coordinator);
+            return true;
+        }
+        self.take_executions(DRAIN_POLL);
+        false
     }
 
     /// The run stopped and killed the commands of `killed`.
@@ -734,13 +814,25 @@ impl Recorder {
             names: self.names,
             interrupted,
         };
-        (self.updates).push(update_for(graph, &self.keys, &report, recording));
+        let mut update = update_for(graph, &self.keys, &report, recording);
+        if let Some(executions) = &mut self.executions {
+            executions.settled(&report, &mut update);
+        }
+        self.updates.push(update);
     }
 
-    /// Writes the rows taken since the last commit, in one transaction.
+    /// Writes the rows taken since the last commit, in one transaction:
+    /// with the attempts of executions lost or extra, numbered after those
+    /// recorded for their activities.
     fn commit(&mut self, journal: &mut Journal, run: i64) -> anyhow::Result<()> {
-        if !self.updates.is_empty() {
-            journal.record(run, &std::mem::take(&mut self.updates))?;
+        let more = match &mut self.executions {
+            Some(executions) => {
+                executions.numbered_rows(journal, run, &self.keys, &self.updates)?
+            }
+            None => Vec::new(),
+        };
+        if !self.updates.is_empty() || !more.is_empty() {
+            journal.record_with(run, &std::mem::take(&mut self.updates), &more)?;
         }
         Ok(())
     }
