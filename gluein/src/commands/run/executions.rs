@@ -60,6 +60,8 @@ struct Late {
     node: usize,
     /// The shell activity.
     activity: ActivityId,
+    /// The agent that ran them.
+    agent: NodeId,
     /// Its attempts, numbered within their execution (1, 2, ... as its
     /// retries went); lost ones have outcome [`LOST`].
     rows: Vec<NewAttempt>,
@@ -95,10 +97,11 @@ pub(super) struct Executions {
     /// Per node with a lost or an extra execution: the highest attempt
     /// number given so far, `None` until read from the journal.
     numbered: HashMap<usize, Option<i64>>,
-    /// Lost attempts by activity: the agent, the attempt within its
-    /// execution and its number, so that a result that comes after all
+    /// Lost attempts by activity: the agent's id (two agents' names may
+    /// look alike), the attempt within its execution and its number, so
+    /// that a result that comes after all
     /// (an agent only taken for dead) replaces it rather than adding one.
-    lost_numbers: HashMap<ActivityId, Vec<(String, i64, i64)>>,
+    lost_numbers: HashMap<ActivityId, Vec<(NodeId, i64, i64)>>,
     /// Executions journaled as lost.
     pub(super) lost: usize,
     /// Extra executions journaled.
@@ -206,6 +209,7 @@ impl Executions {
         self.late.push(Late {
             node,
             activity: result.activity,
+            agent: result.node,
             rows,
         });
     }
@@ -222,6 +226,7 @@ impl Executions {
                 self.late.push(Late {
                     node,
                     activity: result.activity,
+                    agent: result.node,
                     rows: std::mem::take(&mut update.attempts),
                 });
             }
@@ -300,6 +305,7 @@ impl Executions {
             self.late.push(Late {
                 node,
                 activity: started.activity,
+                agent: started.node,
                 rows: vec![row],
             });
         }
@@ -327,6 +333,7 @@ impl Executions {
         for Late {
             node,
             activity,
+            agent,
             rows: attempts,
         } in std::mem::take(&mut self.late)
         {
@@ -348,7 +355,7 @@ impl Executions {
                     .filter(|_| row.outcome != LOST)
                     .and_then(|lost| {
                         let at = (lost.iter())
-                            .position(|(agent, a, _)| *agent == row.node && *a == row.attempt)?;
+                            .position(|&(by, a, _)| by == agent && a == row.attempt)?;
                         Some(lost.swap_remove(at).2)
                     });
                 let number = match lost_before {
@@ -364,7 +371,7 @@ impl Executions {
                 };
                 if row.outcome == LOST {
                     (self.lost_numbers.entry(activity).or_default()).push((
-                        row.node.clone(),
+                        agent,
                         row.attempt,
                         number,
                     ));
@@ -375,5 +382,273 @@ impl Executions {
             self.numbered.insert(node, Some(last));
         }
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::mpsc::{channel, Sender};
+
+    use executors::shell::{AttemptRecord, Output, ShellOutcome};
+    use graph::{Format, Graph};
+    use journal::{ActivityDecl, ActivityState, AttemptRow, NewRun};
+
+    use super::*;
+    use crate::commands::run::record::update_for;
+
+    /// The agents of the tests.
+    fn agent(k: u128) -> NodeId {
+        // Apart in the digits that names show.
+        NodeId::from_u128(k << 100 | k)
+    }
+
+    /// When things happen, `at` seconds into the test.
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+    }
+
+    fn started(activity: ActivityId, node: NodeId, attempt: u32, when: u64) -> ShellReport {
+        ShellReport::Started(ShellStarted {
+            activity,
+            name: None,
+            attempt,
+            node,
+            host: "h".to_string(),
+            executor: 0,
+            labels: "cpu".to_string(),
+            started: at(when),
+        })
+    }
+
+    /// A result from `node` whose attempts started at `starts` and took a
+    /// second each; the last one exited with `code`, the others with 1.
+    fn result(activity: ActivityId, node: NodeId, starts: &[u64], code: i32) -> ShellResult {
+        let history: Vec<AttemptRecord> = (starts.iter().enumerate())
+            .map(|(k, &when)| AttemptRecord {
+                attempt: k as u32 + 1,
+                started: at(when),
+                duration: Duration::from_secs(1),
+                outcome: ShellOutcome::Exited {
+                    code: if k + 1 == starts.len() { code } else { 1 },
+                },
+                cpu: None,
+                stdout: None,
+                stderr: None,
+                stdout_bytes: 0,
+                stderr_bytes: 0,
+                stream: None,
+            })
+            .collect();
+        ShellResult {
+            activity,
+            name: None,
+            command: "true".to_string(),
+            outcome: history.last().unwrap().outcome.clone(),
+            attempts: history.len() as u32,
+            duration: Duration::from_secs(1),
+            stdout: Output::Discarded,
+            stderr: Output::Discarded,
+            executor_labels: "cpu".to_string(),
+            node,
+            host: "h".to_string(),
+            executor: 0,
+            history,
+            cancelled: None,
+        }
+    }
+
+    /// A graph of three nodes, a journal with its run, and the tracker.
+    struct Bench {
+        graph: Graph,
+        journal: Journal,
+        run: i64,
+        keys: Vec<i64>,
+        to: Sender<(usize, ShellReport)>,
+        executions: Executions,
+        updates: Vec<ActivityUpdate>,
+        ids: Vec<ActivityId>,
+    }
+
+    impl Bench {
+        fn new(name: &str) -> Bench {
+            let text =
+                "[[activity]]\nid = \"n-{i}\"\nfor = { i = \"0..=2\" }\ncommand = \"true\"\n";
+            let graph = Graph::parse(text, Format::Toml, "g.toml", Path::new(".")).unwrap();
+            let dir =
+                std::env::temp_dir().join(format!("executions-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut journal = Journal::create(&dir.join("journal.db")).unwrap();
+            let run = journal.begin_run(&NewRun::default()).unwrap();
+            let decls = (0..graph.len()).map(|n| ActivityDecl {
+                id: graph.id(n),
+                kind: 0,
+                context: 0,
+                spec_hash: 0,
+                rerun: true,
+            });
+            let keys = journal
+                .declare(run, graph.kinds(), &["anywhere".to_string()], decls)
+                .unwrap();
+            let (to, from) = channel();
+            let runner = agent(99);
+            Bench {
+                executions: Executions::new(from, graph.len(), NodeNames::HostAndId),
+                ids: (0..3).map(|k| ActivityId::new(runner, k)).collect(),
+                graph,
+                journal,
+                run,
+                keys,
+                to,
+                updates: Vec::new(),
+            }
+        }
+
+        fn report(&mut self, node: usize, report: ShellReport) {
+            self.to.send((node, report)).unwrap();
+            self.executions.take_reports(Duration::ZERO);
+        }
+
+        fn settle(&mut self, node: usize, result: ShellResult) {
+            let report = NodeReport::Finished {
+                node,
+                result: Box::new(result),
+            };
+            let recording = Recording {
+                names: NodeNames::HostAndId,
+                interrupted: false,
+            };
+            let mut update = update_for(&self.graph, &self.keys, &report, recording);
+            self.executions.settled(&report, &mut update);
+            self.updates.push(update);
+        }
+
+        fn commit(&mut self) {
+            let more = (self.executions)
+                .numbered_rows(&self.journal, self.run, &self.keys, &self.updates)
+                .unwrap();
+            let updates = std::mem::take(&mut self.updates);
+            self.journal.record_with(self.run, &updates, &more).unwrap();
+        }
+
+        /// Node `n`'s attempts: (number, agent name, outcome), by number.
+        fn attempts(&self, n: usize) -> Vec<(i64, String, String)> {
+            let mut rows: Vec<AttemptRow> = self.journal.attempts_of(self.graph.id(n)).unwrap();
+            rows.sort_by_key(|a| a.attempt);
+            (rows.into_iter())
+                .map(|a| (a.attempt, a.node, a.outcome))
+                .collect()
+        }
+
+        fn state(&self, n: usize) -> ActivityState {
+            self.journal.activities().unwrap()[n].state
+        }
+    }
+
+    fn name(node: NodeId) -> String {
+        NodeNames::HostAndId.name("h", node)
+    }
+
+    #[test]
+    fn a_lost_execution_comes_first_and_its_rerun_after_it() {
+        let mut bench = Bench::new("lost");
+        let (victim, survivor) = (agent(1), agent(2));
+        let a = bench.ids[0];
+        bench.report(0, started(a, victim, 1, 0));
+        bench
+            .executions
+            .lose(|o| o.started.node == victim, |n| format!("{n} died"));
+        assert_eq!(bench.executions.lost, 1);
+        bench.commit();
+        assert_eq!(bench.state(0), ActivityState::Pending);
+        bench.report(0, started(a, survivor, 1, 10));
+        bench.settle(0, result(a, survivor, &[10], 0));
+        assert!(bench.executions.drained());
+        bench.commit();
+        assert_eq!(
+            bench.attempts(0),
+            [
+                (1, name(victim), LOST.to_string()),
+                (2, name(survivor), "exited".to_string())
+            ]
+        );
+        assert_eq!(bench.state(0), ActivityState::Done);
+    }
+
+    #[test]
+    fn an_extra_result_before_its_settling_one_is_numbered_after_it() {
+        let mut bench = Bench::new("extra");
+        let (first, second) = (agent(1), agent(2));
+        let b = bench.ids[1];
+        bench.report(1, started(b, first, 1, 0));
+        bench.report(1, started(b, first, 2, 2));
+        bench.report(1, started(b, second, 1, 5));
+        // The copy's result travels apart from the settling one and may
+        // come first: it waits for it.
+        bench.report(1, ShellReport::Ended(Box::new(result(b, second, &[5], 1))));
+        assert!(!bench.executions.drained());
+        bench.settle(1, result(b, first, &[0, 2], 0));
+        assert!(bench.executions.drained());
+        assert_eq!(bench.executions.extra, 1);
+        bench.commit();
+        let attempts = bench.attempts(1);
+        assert_eq!(attempts.len(), 3, "{attempts:?}");
+        assert_eq!(attempts[2], (3, name(second), "exited".to_string()));
+        assert_eq!(
+            bench.state(1),
+            ActivityState::Done,
+            "the extra changes no state"
+        );
+        let extra = &bench.journal.attempts_of(bench.graph.id(1)).unwrap();
+        let message = extra
+            .iter()
+            .find(|a| a.attempt == 3)
+            .unwrap()
+            .message
+            .clone();
+        assert!(
+            message.is_some_and(|m| m.starts_with(EXTRA_EXECUTION) && m.contains("status 1")),
+            "{extra:?}"
+        );
+        assert_eq!(bench.journal.re_executions(bench.run).unwrap().extra, 1);
+    }
+
+    #[test]
+    fn a_result_for_an_execution_taken_for_lost_replaces_it() {
+        let mut bench = Bench::new("replaced");
+        let slow = agent(1);
+        let c = bench.ids[2];
+        bench.report(2, started(c, slow, 1, 0));
+        bench.executions.lose(|_| true, |n| format!("{n} died"));
+        bench.commit();
+        assert_eq!(bench.attempts(2), [(1, name(slow), LOST.to_string())]);
+        // Only taken for dead: its result comes after all.
+        bench.settle(2, result(c, slow, &[0], 0));
+        bench.commit();
+        assert_eq!(bench.attempts(2), [(1, name(slow), "exited".to_string())]);
+        assert_eq!(bench.executions.lost, 0);
+    }
+
+    #[test]
+    fn a_later_copy_on_the_same_agent_stays_open_after_a_result() {
+        let mut bench = Bench::new("copy");
+        let both = agent(1);
+        let a = bench.ids[0];
+        bench.report(0, started(a, both, 1, 0));
+        bench.report(0, started(a, both, 1, 30));
+        bench.settle(0, result(a, both, &[0], 0));
+        assert!(!bench.executions.drained(), "the second copy still runs");
+        bench.executions.unreported();
+        assert!(bench.executions.drained());
+        bench.commit();
+        let attempts = bench.attempts(0);
+        assert_eq!(
+            attempts,
+            [
+                (1, name(both), "exited".to_string()),
+                (2, name(both), LOST.to_string())
+            ]
+        );
     }
 }
