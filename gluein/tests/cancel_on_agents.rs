@@ -10,7 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{alive, log, scratch, spawn, spawn_agent, start_pool, wait_exit, Guard};
+use common::{
+    alive, log, scratch, spawn, spawn_agent, start_pool, wait_exit, wait_while_running, Guard,
+};
 use journal::{ActivityState, Journal};
 
 /// Activities in the graph: twice the agent's executors, so that two wait
@@ -45,28 +47,19 @@ fn recorded_pids(dir: &Path) -> Vec<i32> {
 /// Waits (at most 60 s) until `count` commands have recorded their pid,
 /// and returns them.
 fn wait_for_pids(dir: &Path, count: usize, runner: &mut Guard) -> Vec<i32> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pids = recorded_pids(dir);
-        if pids.len() >= count {
-            return pids;
-        }
-        if let Some(status) = runner.0.try_wait().unwrap() {
-            panic!(
-                "the run ended ({status}) before {count} commands started:\n{}\n{}",
+    wait_while_running(
+        runner,
+        Duration::from_secs(60),
+        || Some(recorded_pids(dir)).filter(|pids| pids.len() >= count),
+        || {
+            format!(
+                "{count} commands to start ({} did):\n{}\n{}",
+                recorded_pids(dir).len(),
                 log(dir, "run.log"),
                 log(dir, "alpha.log")
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {count} commands started within 60 s:\n{}\n{}",
-            pids.len(),
-            log(dir, "run.log"),
-            log(dir, "alpha.log")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            )
+        },
+    )
 }
 
 /// Waits (at most `limit`) until none of `pids` is alive; the live ones

@@ -10,10 +10,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{alive, log, scratch, spawn, spawn_agent, start_pool_with, text, wait_exit, Guard};
+use common::{
+    alive, exited, group_members, log, pids_where, scratch, spawn, spawn_agent, start_pool_with,
+    text, Guard,
+};
 use journal::{ActivityState, Journal};
 
 /// How long a command of this test may take, on a loaded machine.
@@ -48,20 +51,13 @@ impl Drop for Sweep {
 /// Live processes whose working directory is `dir` (or below), or whose
 /// command line names it.
 fn processes_of(dir: &str) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
-                .is_ok_and(|cwd| cwd.to_string_lossy().starts_with(dir));
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(dir));
-            (cwd || cmdline) && alive(pid)
-        })
-        .collect()
+    pids_where(|pid| {
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd.to_string_lossy().starts_with(dir));
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|line| String::from_utf8_lossy(&line).contains(dir));
+        (cwd || cmdline) && alive(pid)
+    })
 }
 
 /// A scratch directory for the test, swept of its processes when the test
@@ -88,15 +84,7 @@ fn start_agent(dir: &Path, executors: usize) -> Guard {
 
 /// Waits until `dir/LOG` contains `wanted`, at most [`SEEN_LIMIT`].
 fn wait_for_log(dir: &Path, log_name: &str, wanted: &str) {
-    let deadline = Instant::now() + SEEN_LIMIT;
-    while !log(dir, log_name).contains(wanted) {
-        assert!(
-            Instant::now() < deadline,
-            "{log_name} never said {wanted:?} within {SEEN_LIMIT:?}: {}",
-            log(dir, log_name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_log(dir, log_name, wanted, SEEN_LIMIT);
 }
 
 /// `constellation ARGS` in `dir`, to completion within [`COMMAND_LIMIT`]
@@ -200,17 +188,6 @@ fn attempt_times(path: &Path) -> (f64, f64) {
     (first, last)
 }
 
-/// The exit status of `guard`'s process within `limit`, or a failure that
-/// shows its log.
-fn exited(guard: &mut Guard, limit: Duration, dir: &Path, log_name: &str) -> ExitStatus {
-    wait_exit(guard, limit).unwrap_or_else(|| {
-        panic!(
-            "{log_name}: the process did not exit within {limit:?}: {}",
-            log(dir, log_name)
-        )
-    })
-}
-
 #[test]
 fn three_jobs_submitted_at_once_share_the_pool_two_at_a_time() {
     let (dir, _sweep) = setup("jobs-three-at-once");
@@ -312,27 +289,6 @@ fn wait_exits_1_for_a_failed_job_and_names_an_unknown_one() {
         "{}",
         text(&cancel)
     );
-}
-
-/// Processes alive in the process group `group`.
-fn group_members(group: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let Some((_, rest)) = stat.rsplit_once(") ") else {
-                    return false;
-                };
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                // state, ppid, pgrp
-                fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
-            })
-        })
-        .collect()
 }
 
 #[test]

@@ -8,9 +8,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{constellation, scratch, text, wait_exit, Guard};
+use common::{constellation, scratch, text, wait_exit, wait_while_running, Guard};
 
 /// How long a test waits for anything a run does; generous, so that the
 /// tests pass on a loaded machine.
@@ -101,27 +101,22 @@ fn run_to_end(dir: &Path, who: &str, args: &[&str]) -> Output {
 /// Waits until the runner of `dir` has recorded its run in the journal and
 /// started a command, which it does only once it holds the journal.
 fn wait_until_running(dir: &Path, runner: &mut Guard, who: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let recorded = journal::Journal::open_read_only(&dir.join(JOURNAL))
-            .and_then(|j| j.runs())
-            .is_ok_and(|runs| !runs.is_empty());
-        if recorded && !marks_of(dir, who).is_empty() {
-            return;
-        }
-        if let Some(status) = runner.0.try_wait().expect("try_wait") {
-            panic!(
-                "runner {who} ended early ({status:?}):\n{}",
+    wait_while_running(
+        runner,
+        PATIENCE,
+        || {
+            let recorded = journal::Journal::open_read_only(&dir.join(JOURNAL))
+                .and_then(|j| j.runs())
+                .is_ok_and(|runs| !runs.is_empty());
+            (recorded && !marks_of(dir, who).is_empty()).then_some(())
+        },
+        || {
+            format!(
+                "runner {who} to record its run and run a command:\n{}",
                 common::log(dir, &format!("{who}.log"))
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "runner {who} recorded no run and ran no command within {PATIENCE:?}:\n{}",
-            common::log(dir, &format!("{who}.log"))
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+            )
+        },
+    );
 }
 
 /// `constellation runs --json` in `dir`, parsed.

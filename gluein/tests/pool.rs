@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     log, marks, marks_done, run, run_on_pool, scratch, sleepers, spawn_agent, start_pool, text,
-    wait_exit, BIN,
+    wait_exit, wait_for_log, BIN,
 };
 
 #[test]
@@ -343,19 +343,6 @@ fn relabel_agent(dir: &Path, id: &str, context: &str) {
     );
     let changed = json["changed"].as_array().expect("a changed array");
     assert!(changed.iter().all(|c| c["after"] == context), "{json}");
-}
-
-/// Waits (at most `limit`) until `dir/name` contains `wanted`.
-fn wait_for_log(dir: &Path, name: &str, wanted: &str, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while !log(dir, name).contains(wanted) {
-        assert!(
-            Instant::now() < deadline,
-            "no {wanted:?} in {name} after {limit:?}:\n{}",
-            log(dir, name)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Starts `run` of `count` gpu activities on the pool, each touching

@@ -8,9 +8,9 @@ mod common;
 
 use std::path::Path;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{log, run_on_pool, scratch, sleepers, spawn, text, wait_exit, Guard};
+use common::{log, run_on_pool, scratch, sleepers, spawn, start_pool_with, text, Guard};
 
 /// Far more than a join timeout of 5 s needs, for a loaded machine.
 const EXIT_LIMIT: Duration = Duration::from_secs(60);
@@ -23,42 +23,7 @@ const LOG_LIMIT: Duration = Duration::from_secs(60);
 /// waits until the pool file is this process's (a killed pool's stale
 /// file does not count).
 fn start_pool(dir: &Path, log_name: &str) -> Guard {
-    let args = [
-        "pool",
-        "start",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--pool-file",
-        "pool.json",
-        "--key-file",
-        "pool.key",
-    ];
-    let mut guard = spawn(dir, &args, log_name);
-    let pid = guard.0.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pool_file_pid(&dir.join("pool.json")) != Some(pid) {
-        if let Some(status) = guard.0.try_wait().expect("try_wait") {
-            panic!(
-                "the pool ended ({status}) before writing its pool file: {}",
-                log(dir, log_name)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pool file after 30 s: {}",
-            log(dir, log_name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    guard
-}
-
-/// The pool node's process id in the pool file at `path`, if it can be
-/// read.
-fn pool_file_pid(path: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
-    json["pid"].as_u64()?.try_into().ok()
+    start_pool_with(dir, &["--key-file", "pool.key"], log_name)
 }
 
 /// Starts `constellation agent` with one executor and `args`, logging to
@@ -70,25 +35,32 @@ fn spawn_agent(dir: &Path, args: &[&str], log_name: &str) -> Guard {
 
 /// Waits for the process of `guard` to exit, at most [`EXIT_LIMIT`].
 fn exited(guard: &mut Guard, dir: &Path, log_name: &str) -> ExitStatus {
-    wait_exit(guard, EXIT_LIMIT).unwrap_or_else(|| {
-        panic!(
-            "the process did not exit within {EXIT_LIMIT:?}: {}",
-            log(dir, log_name)
-        )
-    })
+    common::exited(guard, EXIT_LIMIT, dir, log_name)
 }
 
 /// Waits until `dir/LOG` contains `wanted`, at most [`LOG_LIMIT`].
 fn wait_for_log(dir: &Path, log_name: &str, wanted: &str) {
-    let deadline = Instant::now() + LOG_LIMIT;
-    while !log(dir, log_name).contains(wanted) {
-        assert!(
-            Instant::now() < deadline,
-            "{log_name} never said {wanted:?} within {LOG_LIMIT:?}: {}",
-            log(dir, log_name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_log(dir, log_name, wanted, LOG_LIMIT);
+}
+
+/// Starts a pool and an agent that joins it with `--reconnect RECONNECT`,
+/// kills the pool node with SIGKILL once the agent has joined, and
+/// returns what the agent said once it left, which it must have done
+/// successfully.
+fn agent_log_after_its_pool_node_died(name: &str, reconnect: &str) -> String {
+    let dir = scratch(name);
+    let mut pool = start_pool(&dir, "pool.log");
+    let mut agent = spawn_agent(
+        &dir,
+        &["--pool", "pool.json", "--reconnect", reconnect],
+        "agent.log",
+    );
+    wait_for_log(&dir, "agent.log", "joined with");
+    pool.0.kill().expect("kill -9 the pool node");
+    let status = exited(&mut agent, &dir, "agent.log");
+    let said = log(&dir, "agent.log");
+    assert!(status.success(), "{said}");
+    said
 }
 
 /// Asserts that the agent failed to join and said `because`.
@@ -200,18 +172,7 @@ fn an_agent_leaves_at_once_when_the_pool_node_is_stopped() {
 
 #[test]
 fn an_agent_gives_a_dead_pool_node_its_reconnect_time_then_leaves() {
-    let dir = scratch("joins-pool-lost");
-    let mut pool = start_pool(&dir, "pool.log");
-    let mut agent = spawn_agent(
-        &dir,
-        &["--pool", "pool.json", "--reconnect", "3s"],
-        "agent.log",
-    );
-    wait_for_log(&dir, "agent.log", "joined with");
-    pool.0.kill().expect("kill -9 the pool node");
-    let status = exited(&mut agent, &dir, "agent.log");
-    let said = log(&dir, "agent.log");
-    assert!(status.success(), "{said}");
+    let said = agent_log_after_its_pool_node_died("joins-pool-lost", "3s");
     assert!(said.contains("the pool node is gone; trying"), "{said}");
     assert!(
         said.contains("agent leaving: pool node gone for 3 s"),
@@ -250,18 +211,7 @@ fn an_agent_rejoins_a_pool_node_killed_and_started_again() {
 
 #[test]
 fn an_agent_told_not_to_wait_leaves_as_soon_as_the_pool_node_dies() {
-    let dir = scratch("joins-no-reconnect");
-    let mut pool = start_pool(&dir, "pool.log");
-    let mut agent = spawn_agent(
-        &dir,
-        &["--pool", "pool.json", "--reconnect", "0"],
-        "agent.log",
-    );
-    wait_for_log(&dir, "agent.log", "joined with");
-    pool.0.kill().expect("kill -9 the pool node");
-    let status = exited(&mut agent, &dir, "agent.log");
-    let said = log(&dir, "agent.log");
-    assert!(status.success(), "{said}");
+    let said = agent_log_after_its_pool_node_died("joins-no-reconnect", "0");
     assert!(
         said.contains("agent leaving: the pool node is gone"),
         "{said}"

@@ -14,8 +14,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    log, pool_file_pid, run, scratch, spawn_agent, start_pool, start_pool_with, text, wait_exit,
-    Guard, BIN,
+    log, pool_file_pid, pool_start_args, run, scratch, spawn_agent, start_pool, start_pool_with,
+    text, wait_exit, Guard, BIN,
 };
 
 /// The user and group `nobody`: another local user, without the key.
@@ -185,13 +185,18 @@ fn another_local_user_without_the_key_is_refused() {
         .map(String::from)
         .to_vec()
     };
+    // What `nobody` says, run with the pool file `pool`, and as an agent on
+    // it: both are refused.
+    let run_and_agent_say = |pool: &str| {
+        [
+            run_args(pool),
+            ["agent", "--pool", pool].map(String::from).to_vec(),
+        ]
+        .map(|args| text(&as_nobody(&args, None)))
+    };
 
     // The pool file itself is out of reach.
-    for args in [
-        run_args(pool_arg),
-        ["agent", "--pool", pool_arg].map(String::from).to_vec(),
-    ] {
-        let said = text(&as_nobody(&args, None));
+    for said in run_and_agent_say(pool_arg) {
         assert!(
             said.contains("cannot read the pool file")
                 && said.contains("ermission denied")
@@ -200,12 +205,7 @@ fn another_local_user_without_the_key_is_refused() {
         );
     }
     // With the leaked pool file, the key is out of reach.
-    let leaked_arg = leaked.to_str().unwrap();
-    for args in [
-        run_args(leaked_arg),
-        ["agent", "--pool", leaked_arg].map(String::from).to_vec(),
-    ] {
-        let said = text(&as_nobody(&args, None));
+    for said in run_and_agent_say(leaked.to_str().unwrap()) {
         assert!(
             said.contains("cannot read the pool key")
                 && said.contains(key_file.to_str().unwrap())
@@ -253,14 +253,7 @@ fn a_second_pool_on_a_live_pool_file_is_refused_and_leaves_it_alone() {
     let before = std::fs::read(&pool_file).unwrap();
 
     let mut command = common::constellation(&dir);
-    command.args([
-        "pool",
-        "start",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--pool-file",
-        "pool.json",
-    ]);
+    command.args(pool_start_args("pool.json"));
     let second = output_within(command, Duration::from_secs(60), "a second pool start");
     let said = text(&second);
     assert_eq!(second.status.code(), Some(2), "{said}");
@@ -278,16 +271,9 @@ fn a_second_pool_on_a_live_pool_file_is_refused_and_leaves_it_alone() {
     // Another pool file, but the first pool's state directory: refused too,
     // as two nodes with one identity would be one peer id twice.
     let mut command = common::constellation(&dir);
-    command.args([
-        "pool",
-        "start",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--pool-file",
-        "other.json",
-        "--state-dir",
-        "pool.state",
-    ]);
+    command
+        .args(pool_start_args("other.json"))
+        .args(["--state-dir", "pool.state"]);
     let third = output_within(
         command,
         Duration::from_secs(60),

@@ -8,7 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{alive, log, run, scratch, spawn, text, wait_exit, Guard};
+use common::{
+    alive, group_members, log, run, scratch, spawn, text, wait_exit, wait_while_running, Guard,
+};
 use journal::{ActivityState, Journal};
 
 /// Activities in the graph; each gets an executor of its own.
@@ -36,50 +38,26 @@ fn sleepers(dir: &Path) -> PathBuf {
 
 /// The pids the commands wrote, once all [`COMMANDS`] have (at most 60 s).
 fn started_pids(dir: &Path, runner: &mut Guard, log_name: &str) -> Vec<i32> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pids: Vec<i32> = (1..=COMMANDS)
+    let pids = || -> Vec<i32> {
+        (1..=COMMANDS)
             .filter_map(|n| {
                 let text = std::fs::read_to_string(dir.join(format!("pids/{n}"))).ok()?;
                 text.trim().parse().ok()
             })
-            .collect();
-        if pids.len() == COMMANDS {
-            return pids;
-        }
-        if let Some(status) = runner.0.try_wait().unwrap() {
-            panic!(
-                "the run ended ({status}) before its commands started:\n{}",
+            .collect()
+    };
+    wait_while_running(
+        runner,
+        Duration::from_secs(60),
+        || Some(pids()).filter(|pids| pids.len() == COMMANDS),
+        || {
+            format!(
+                "all {COMMANDS} commands to start (only {} did):\n{}",
+                pids().len(),
                 log(dir, log_name)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {COMMANDS} commands started within 60 s:\n{}",
-            pids.len(),
-            log(dir, log_name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Live processes in process group `group`.
-fn group_members(group: i32) -> Vec<i32> {
-    let entries = std::fs::read_dir("/proc").expect("/proc");
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let Some((_, rest)) = stat.rsplit_once(") ") else {
-                    return false;
-                };
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                // state, ppid, pgrp
-                fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
-            })
-        })
-        .collect()
+            )
+        },
+    )
 }
 
 /// Starts a run of [`sleepers`], signals it with `signal` once every
@@ -272,23 +250,22 @@ fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
         "none",
     ];
     let mut runner = spawn(&dir, &args, "run.log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = started(&dir);
-        let here = now.iter().filter(|(_, l)| l == "runner").count();
-        if here > 0 && now.len() > here {
-            break;
-        }
-        if let Some(status) = runner.0.try_wait().unwrap() {
-            panic!("the run ended ({status}):\n{}", log(&dir, "run.log"));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "commands did not start both here and on the agent within 60 s: {now:?}\n{}",
-            log(&dir, "run.log")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_while_running(
+        &mut runner,
+        Duration::from_secs(60),
+        || {
+            let now = started(&dir);
+            let here = now.iter().filter(|(_, l)| l == "runner").count();
+            (here > 0 && now.len() > here).then_some(())
+        },
+        || {
+            format!(
+                "commands started both here and on the agent: {:?}\n{}",
+                started(&dir),
+                log(&dir, "run.log")
+            )
+        },
+    );
     // SAFETY: signalling our own child process.
     assert_eq!(unsafe { libc::kill(runner.0.id() as i32, libc::SIGINT) }, 0);
     let status = wait_exit(&mut runner, Duration::from_secs(60));
@@ -344,18 +321,12 @@ fn a_run_whose_pool_node_is_gone_stops_and_says_how_to_resume() {
         "lines",
     ];
     let mut runner = spawn(&dir, &args, "run.log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while started(&dir).is_empty() {
-        if let Some(status) = runner.0.try_wait().unwrap() {
-            panic!("the run ended ({status}):\n{}", log(&dir, "run.log"));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no command started within 60 s:\n{}",
-            log(&dir, "run.log")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_while_running(
+        &mut runner,
+        Duration::from_secs(60),
+        || (!started(&dir).is_empty()).then_some(()),
+        || format!("a command to start:\n{}", log(&dir, "run.log")),
+    );
     // Progress counts what runs on the agent: its 2 executors are busy
     // until the end, since 8 activities of 5 s are in flight from the start.
     let deadline = Instant::now() + Duration::from_secs(60);

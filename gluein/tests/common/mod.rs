@@ -111,32 +111,75 @@ pub fn start_pool(dir: &Path) -> Guard {
 /// waits (at most 30 s) until the pool file is this process's: a stale
 /// one a killed pool left does not count.
 pub fn start_pool_with(dir: &Path, extra: &[&str], log_name: &str) -> Guard {
-    let args = [
+    let mut guard = spawn(
+        dir,
+        &[&pool_start_args("pool.json")[..], extra].concat(),
+        log_name,
+    );
+    let pid = guard.0.id();
+    wait_while_running(
+        &mut guard,
+        Duration::from_secs(30),
+        || (pool_file_pid(&dir.join("pool.json")) == Some(pid)).then_some(()),
+        || format!("its pool file: {}", log(dir, log_name)),
+    );
+    guard
+}
+
+/// The arguments of `constellation pool start` on loopback, on a port of
+/// the system's choosing, with the pool file `pool_file`.
+pub fn pool_start_args(pool_file: &str) -> [&str; 6] {
+    [
         "pool",
         "start",
         "--listen",
         "/ip4/127.0.0.1/tcp/0",
         "--pool-file",
-        "pool.json",
-    ];
-    let mut guard = spawn(dir, &[&args[..], extra].concat(), log_name);
-    let pid = guard.0.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pool_file_pid(&dir.join("pool.json")) != Some(pid) {
+        pool_file,
+    ]
+}
+
+/// Polls `ready` every 50 ms until it gives a value, and returns that
+/// value. Fails the test, naming what it waited for with `waited_for`
+/// (which may add logs), if the process of `guard` ends first or `limit`
+/// passes.
+pub fn wait_while_running<T>(
+    guard: &mut Guard,
+    limit: Duration,
+    mut ready: impl FnMut() -> Option<T>,
+    waited_for: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = ready() {
+            return value;
+        }
         if let Some(status) = guard.0.try_wait().expect("try_wait") {
             panic!(
-                "the pool ended ({status}) before writing its pool file: {}",
-                log(dir, log_name)
+                "the process ended ({status}) while waiting for {}",
+                waited_for()
             );
         }
         assert!(
             Instant::now() < deadline,
-            "no pool file after 30 s: {}",
+            "waited {limit:?} in vain for {}",
+            waited_for()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits up to `limit` until `dir/LOG` contains `wanted`.
+pub fn wait_for_log(dir: &Path, log_name: &str, wanted: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !log(dir, log_name).contains(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "{log_name} never said {wanted:?} within {limit:?}: {}",
             log(dir, log_name)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    guard
 }
 
 /// The pool node's process id in the pool file at `path`, if it can be
@@ -172,6 +215,17 @@ pub fn wait_exit(guard: &mut Guard, limit: Duration) -> Option<ExitStatus> {
         std::thread::sleep(Duration::from_millis(50));
     }
     None
+}
+
+/// The exit status of `guard`'s process within `limit`, or a failure that
+/// shows its log `dir/LOG`.
+pub fn exited(guard: &mut Guard, limit: Duration, dir: &Path, log_name: &str) -> ExitStatus {
+    wait_exit(guard, limit).unwrap_or_else(|| {
+        panic!(
+            "{log_name}: the process did not exit within {limit:?}: {}",
+            log(dir, log_name)
+        )
+    })
 }
 
 /// Writes `dir/graph.toml`: `n` activities that sleep `seconds` and record
@@ -279,4 +333,33 @@ impl Drop for AgentsGuard {
             }
         }
     }
+}
+
+/// The pids of the processes /proc lists that `keep` accepts; none if
+/// /proc cannot be read (which [`group_members`] rules out).
+pub fn pids_where(keep: impl Fn(i32) -> bool) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| keep(pid))
+        .collect()
+}
+
+/// Live processes (zombies count as gone) in the process group `group`.
+pub fn group_members(group: i32) -> Vec<i32> {
+    // An unreadable /proc must fail the test, not read as "none left".
+    std::fs::read_dir("/proc").expect("/proc");
+    pids_where(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // state, ppid, pgrp
+            fields.len() > 2 && fields[2] == group.to_string() && !fields[0].starts_with('Z')
+        })
+    })
 }
