@@ -227,31 +227,60 @@ impl Drop for KillGroups {
     }
 }
 
-#[test]
-fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
-    let dir = scratch("run-pool-sigint");
-    let _pool = common::start_pool(&dir);
-    let _agent = common::spawn_agent(&dir, 2, "alpha", &[]);
-    let _cleanup = KillGroups(dir.clone());
-    let graph = labelled_sleepers(&dir, "graph", 4, 30);
-    let journal_path = dir.join("journal.db");
+/// A run of [`labelled_sleepers`] on a loopback pool with an agent
+/// `alpha` of 2 executors. Fields drop in order: the runner first, then
+/// what its commands left, the agent and the pool.
+struct PoolRun {
+    runner: Guard,
+    _cleanup: KillGroups,
+    _agent: Guard,
+    pool: Guard,
+    journal: PathBuf,
+}
+
+/// Starts a pool and its agent in `dir`, and a run of `n`
+/// [`labelled_sleepers`] of `seconds` on it with the journal
+/// `dir/journal.db`, `extra` arguments, and its output in `dir/run.log`.
+fn start_pool_run(dir: &Path, n: usize, seconds: u32, extra: &[&str]) -> PoolRun {
+    let pool = common::start_pool(dir);
+    let agent = common::spawn_agent(dir, 2, "alpha", &[]);
+    let cleanup = KillGroups(dir.to_path_buf());
+    let graph = labelled_sleepers(dir, "graph", n, seconds);
+    let journal = dir.join("journal.db");
     let args = [
         "run",
         graph.to_str().unwrap(),
         "--pool",
         "pool.json",
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let runner = spawn(dir, &[&args[..], extra].concat(), "run.log");
+    PoolRun {
+        runner,
+        _cleanup: cleanup,
+        _agent: agent,
+        pool,
+        journal,
+    }
+}
+
+#[test]
+fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
+    let dir = scratch("run-pool-sigint");
+    let extra = [
         "--executors",
         "2",
         "--context",
         "runner",
-        "--journal",
-        journal_path.to_str().unwrap(),
         "--progress",
         "none",
     ];
-    let mut runner = spawn(&dir, &args, "run.log");
+    // Bound whole, so that the pool and its agent live to the test's end.
+    let mut run = start_pool_run(&dir, 4, 30, &extra);
+    let (runner, journal_path) = (&mut run.runner, run.journal.clone());
     wait_while_running(
-        &mut runner,
+        runner,
         Duration::from_secs(60),
         || {
             let now = started(&dir);
@@ -268,7 +297,7 @@ fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
     );
     // SAFETY: signalling our own child process.
     assert_eq!(unsafe { libc::kill(runner.0.id() as i32, libc::SIGINT) }, 0);
-    let status = wait_exit(&mut runner, Duration::from_secs(60));
+    let status = wait_exit(runner, Duration::from_secs(60));
     let said = log(&dir, "run.log");
     assert_eq!(status.and_then(|s| s.code()), Some(130), "{said}");
     let own: Vec<i32> = (started(&dir).into_iter())
@@ -303,26 +332,11 @@ fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
 #[test]
 fn a_run_whose_pool_node_is_gone_stops_and_says_how_to_resume() {
     let dir = scratch("run-pool-gone");
-    let mut pool = common::start_pool(&dir);
-    let _agent = common::spawn_agent(&dir, 2, "alpha", &[]);
-    let _cleanup = KillGroups(dir.clone());
-    let graph = labelled_sleepers(&dir, "graph", 8, 5);
-    let journal_path = dir.join("journal.db");
-    let args = [
-        "run",
-        graph.to_str().unwrap(),
-        "--pool",
-        "pool.json",
-        "--journal",
-        journal_path.to_str().unwrap(),
-        "--reconnect",
-        "2s",
-        "--progress",
-        "lines",
-    ];
-    let mut runner = spawn(&dir, &args, "run.log");
+    let extra = ["--reconnect", "2s", "--progress", "lines"];
+    let mut run = start_pool_run(&dir, 8, 5, &extra);
+    let (runner, pool, journal_path) = (&mut run.runner, &mut run.pool, run.journal.clone());
     wait_while_running(
-        &mut runner,
+        runner,
         Duration::from_secs(60),
         || (!started(&dir).is_empty()).then_some(()),
         || format!("a command to start:\n{}", log(&dir, "run.log")),
@@ -344,7 +358,7 @@ fn a_run_whose_pool_node_is_gone_stops_and_says_how_to_resume() {
     assert!(line.contains("running 2,"), "{line}");
     pool.0.kill().unwrap();
     let _ = pool.0.wait();
-    let status = wait_exit(&mut runner, Duration::from_secs(60));
+    let status = wait_exit(runner, Duration::from_secs(60));
     let said = log(&dir, "run.log");
     let status = status.unwrap_or_else(|| panic!("the run hangs without its pool node:\n{said}"));
     assert!(!status.success(), "{said}");
