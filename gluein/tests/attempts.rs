@@ -216,3 +216,49 @@ fn a_stopped_run_journals_the_commands_an_agent_did_not_report() {
     let journal = Journal::open_read_only(&dir.join("journal.db")).unwrap();
     assert_eq!(journal.runs().unwrap()[0].status, "interrupted");
 }
+
+/// An agent that stops answering (SIGSTOP, as a swapped-out or suspended
+/// node) for longer than failure detection takes is declared dead: its
+/// work is queued again and runs on the other agent, while its own
+/// commands go on. When it comes back its results come too. Whichever of
+/// each pair settles its activity first, the other is an extra execution
+/// (or, if the run ended first, a lost one): every execution is an
+/// attempt, on the agent that ran it.
+#[test]
+fn an_agent_taken_for_dead_that_comes_back_is_journaled_once_per_execution() {
+    let dir = scratch("attempts-frozen");
+    let _pool = start_pool(&dir);
+    let slow = spawn_agent(&dir, 2, "slow", &[]);
+    let _survivor = spawn_agent(&dir, 2, "survivor", &[]);
+    let graph = counted_sleepers(&dir, 4, 4.0);
+    let mut runner = spawn_run(&dir, &graph, 2);
+    wait_for_executions(&dir, "slow", 1, &mut runner);
+    signal(slow.0.id() as i32, libc::SIGSTOP);
+    // Failure detection takes about 10 s here.
+    std::thread::sleep(Duration::from_secs(20));
+    signal(slow.0.id() as i32, libc::SIGCONT);
+    let status = wait_exit(&mut runner, Duration::from_secs(120));
+    let said = log(&dir, "run.log");
+    let status = status.unwrap_or_else(|| panic!("the run did not end within 120 s:\n{said}"));
+    assert!(status.success(), "{said}");
+    let executed = executions(&dir);
+    let attempts = attempts(&dir);
+    assert_eq!(
+        per_agent(attempts.iter().map(|a| first_label(&a.labels))),
+        per_agent(executed.iter().map(|(label, _)| label.as_str())),
+        "one attempt per execution, on the agent that ran it:\n{attempts:#?}\n{said}"
+    );
+    let journal = Journal::open_read_only(&dir.join("journal.db")).unwrap();
+    let counted = journal.re_executions(1).unwrap();
+    println!("re-executions: {counted:?}");
+    if said.contains("queued again: the node running it died") {
+        assert!(
+            counted.total() >= 1,
+            "work queued again ran twice, so something ran again: {attempts:#?}\n{said}"
+        );
+    }
+    assert!(
+        (attempts.iter()).all(|a| a.outcome == "exited" || a.outcome == LOST),
+        "{attempts:#?}"
+    );
+}
