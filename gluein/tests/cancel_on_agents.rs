@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, log, scratch, spawn, spawn_agent, start_pool, wait_exit, wait_while_running, Guard,
+    alive, log, numbered_graph, scratch, spawn, spawn_agent, start_pool, wait_exit,
+    wait_while_running, Guard,
 };
 use journal::{ActivityState, Journal};
 
@@ -22,17 +23,12 @@ const COMMANDS: usize = 4;
 /// Writes `dir/graph.toml`: [`COMMANDS`] activities that append their pid
 /// to `dir/pids` and become `sleep 60` in that same process.
 fn sleepers(dir: &Path) -> PathBuf {
-    let graph = dir.join("graph.toml");
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={COMMANDS}\" }}\n\
-             script = \"echo $$ >> {}; exec sleep 60\"\n",
-            dir.join("pids").display()
-        ),
+    numbered_graph(
+        &dir.join("graph.toml"),
+        "s",
+        COMMANDS,
+        &format!("echo $$ >> {}; exec sleep 60", dir.join("pids").display()),
     )
-    .unwrap();
-    graph
 }
 
 /// The pids the commands recorded so far.

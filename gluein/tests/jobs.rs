@@ -14,8 +14,8 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, exited, group_members, log, pids_where, scratch, spawn, spawn_agent, start_pool_with,
-    text, Guard,
+    alive, exited, group_members, log, numbered_graph, pids_where, scratch, spawn, spawn_agent,
+    start_pool_with, text, Guard,
 };
 use journal::{ActivityState, Journal};
 
@@ -123,16 +123,7 @@ fn finish(mut child: std::process::Child, limit: Duration, what: &str) -> Output
 /// A graph file `dir/NAME.toml` of `count` activities running the shell
 /// script `command`.
 fn graph(dir: &Path, name: &str, count: usize, command: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[[activity]]\nid = \"{name}-{{n}}\"\nfor = {{ n = \"1..={count}\" }}\n\
-             script = \"{command}\"\n"
-        ),
-    )
-    .expect("graph file");
-    path
+    numbered_graph(&dir.join(format!("{name}.toml")), name, count, command)
 }
 
 /// Submits `graph` to the pool of `dir/pool.json` with `extra` arguments

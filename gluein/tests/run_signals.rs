@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, group_members, log, run, scratch, spawn, text, wait_exit, wait_while_running, Guard,
+    alive, group_members, log, numbered_graph, run, scratch, spawn, text, wait_exit,
+    wait_while_running, Guard,
 };
 use journal::{ActivityState, Journal};
 
@@ -22,18 +23,16 @@ const COMMANDS: usize = 4;
 fn sleepers(dir: &Path) -> PathBuf {
     let pids = dir.join("pids");
     std::fs::create_dir_all(&pids).unwrap();
-    let graph = dir.join("graph.toml");
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={COMMANDS}\" }}\n\
-             script = \"echo $$ > {}/{{n}}; [ -e {} ] && exit 0; sleep 30; echo woke\"\n",
+    numbered_graph(
+        &dir.join("graph.toml"),
+        "s",
+        COMMANDS,
+        &format!(
+            "echo $$ > {}/{{n}}; [ -e {} ] && exit 0; sleep 30; echo woke",
             pids.display(),
             dir.join("fast").display()
         ),
     )
-    .unwrap();
-    graph
 }
 
 /// The pids the commands wrote, once all [`COMMANDS`] have (at most 60 s).

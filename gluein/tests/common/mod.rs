@@ -232,19 +232,32 @@ pub fn exited(guard: &mut Guard, limit: Duration, dir: &Path, log_name: &str) ->
 /// which agent ran them and when (Unix nanoseconds) in `dir/marks`, one
 /// file each.
 pub fn sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
-    let graph = dir.join("graph.toml");
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks).expect("marks directory");
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
-             script = \"s=$(date +%s%N); sleep {seconds}; echo \\\"$CONSTELLATION_LABELS $s $(date +%s%N)\\\" > {}/{{n}}\"\n",
+    numbered_graph(
+        &dir.join("graph.toml"),
+        "s",
+        n,
+        &format!(
+            "s=$(date +%s%N); sleep {seconds}; echo \\\"$CONSTELLATION_LABELS $s $(date +%s%N)\\\" > {}/{{n}}",
             marks.display()
         ),
     )
+}
+
+/// Writes the graph file `path`: `count` activities `PREFIX-1` to
+/// `PREFIX-COUNT`, each running the shell `script`, in which `{n}` stands
+/// for the activity's number (and a double quote must be escaped).
+pub fn numbered_graph(path: &Path, prefix: &str, count: usize, script: &str) -> PathBuf {
+    std::fs::write(
+        path,
+        format!(
+            "[[activity]]\nid = \"{prefix}-{{n}}\"\nfor = {{ n = \"1..={count}\" }}\n\
+             script = \"{script}\"\n"
+        ),
+    )
     .expect("graph file");
-    graph
+    path.to_path_buf()
 }
 
 /// (first label of the agent, start, end) per activity of [`sleepers`]
