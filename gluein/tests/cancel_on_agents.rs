@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, log, numbered_graph, scratch, spawn, spawn_agent, start_pool, wait_exit,
+    alive, log, numbered_graph, scratch, spawn_agent, spawn_pool_run, start_pool, wait_exit,
     wait_while_running, Guard,
 };
 use journal::{ActivityState, Journal};
@@ -94,20 +94,7 @@ fn two_running_on_the_agent(dir: &Path) -> (Guard, Guard, Guard, Vec<i32>) {
     let agent = spawn_agent(dir, 2, "alpha", &[]);
     let graph = sleepers(dir);
     let journal = dir.join("journal.db");
-    let mut runner = spawn(
-        dir,
-        &[
-            "run",
-            graph.to_str().unwrap(),
-            "--pool",
-            "pool.json",
-            "--journal",
-            journal.to_str().unwrap(),
-            "--progress",
-            "none",
-        ],
-        "run.log",
-    );
+    let mut runner = spawn_pool_run(dir, &graph, &journal, &["--progress", "none"]);
     let pids = wait_for_pids(dir, 2, &mut runner);
     (pool, agent, runner, pids)
 }

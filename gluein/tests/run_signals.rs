@@ -246,15 +246,7 @@ fn start_pool_run(dir: &Path, n: usize, seconds: u32, extra: &[&str]) -> PoolRun
     let cleanup = KillGroups(dir.to_path_buf());
     let graph = labelled_sleepers(dir, "graph", n, seconds);
     let journal = dir.join("journal.db");
-    let args = [
-        "run",
-        graph.to_str().unwrap(),
-        "--pool",
-        "pool.json",
-        "--journal",
-        journal.to_str().unwrap(),
-    ];
-    let runner = spawn(dir, &[&args[..], extra].concat(), "run.log");
+    let runner = common::spawn_pool_run(dir, &graph, &journal, extra);
     PoolRun {
         runner,
         _cleanup: cleanup,

@@ -92,6 +92,21 @@ pub fn run_on_pool(dir: &Path, graph: &Path, agents: usize, extra: &[&str]) -> O
     run(dir, &[&args[..], extra].concat())
 }
 
+/// Starts `constellation run GRAPH` on the pool of `dir/pool.json` with
+/// the journal `journal` and `extra` arguments, its output in
+/// `dir/run.log`.
+pub fn spawn_pool_run(dir: &Path, graph: &Path, journal: &Path, extra: &[&str]) -> Guard {
+    let args = [
+        "run",
+        graph.to_str().expect("UTF-8 path"),
+        "--pool",
+        "pool.json",
+        "--journal",
+        journal.to_str().expect("UTF-8 path"),
+    ];
+    spawn(dir, &[&args[..], extra].concat(), "run.log")
+}
+
 /// Runs `constellation ARGS` in `dir` to completion.
 pub fn run(dir: &Path, args: &[&str]) -> Output {
     constellation(dir)
