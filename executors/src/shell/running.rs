@@ -182,7 +182,7 @@ pub struct Cancelled {
 ///   of the cancelled work stays in this process.
 ///
 /// Other origins' work goes on. The origin stays cancelled for the life of
-/// the process (the last [`CANCELLED_ORIGINS`] are remembered): a node id
+/// the process (the last 4096 are remembered): a node id
 /// is random and never reused, so no later work is mistaken for it.
 ///
 /// [`ShellResult::cancelled`]: super::ShellResult::cancelled

@@ -3,7 +3,9 @@
 //! The graph runs as activities: a [`Coordinator`] submits ready nodes and
 //! reports each one it settles. This command watches those reports, writes
 //! them to the journal as they come (so a killed run can be resumed), and
-//! shows progress.
+//! shows progress. On a pool, where an agent can die with the commands it
+//! runs, each execution is an attempt too: one lost with its agent, and
+//! one that ran again after its activity had settled ([`executions`]).
 //!
 //! A run stops early on SIGINT or SIGTERM, or on a pool when the pool node
 //! is gone for longer than `--reconnect`: it starts no more commands,
