@@ -39,11 +39,11 @@ use super::record::{new_attempts, NodeNames, Recording};
 /// How often the member list is looked at while executions are open.
 ///
 /// An execution counts as lost at the first look that misses its agent,
-/// without waiting to be sure, as an agent does before it kills the work
-/// of a member that is gone: the pool queued the activity again as it
-/// took the agent out, and its new execution, numbered after the lost
-/// one, may end within a second. A false alarm costs nothing: the
-/// execution's result, if it comes, replaces the lost attempt.
+/// without the wait an agent allows before it kills the work of a member
+/// that is gone: the pool queued the activity again as it took the agent
+/// out, and its new execution, numbered after the lost one, may end
+/// within a second. A false alarm costs nothing: the execution's result,
+/// if it comes, replaces the lost attempt.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// An execution that started and has not ended.
@@ -91,6 +91,7 @@ pub(super) struct Executions {
     /// Extra results that came before their node's settling report (the
     /// two travel apart): they wait for it, to be numbered after it.
     early: Vec<(usize, Box<ShellResult>)>,
+    /// When the member list was last looked at.
     last_look: Option<Instant>,
     /// Attempts waiting for their numbers, in the order they came.
     late: Vec<Late>,
@@ -99,8 +100,8 @@ pub(super) struct Executions {
     numbered: HashMap<usize, Option<i64>>,
     /// Lost attempts by activity: the agent's id (two agents' names may
     /// look alike), the attempt within its execution and its number, so
-    /// that a result that comes after all
-    /// (an agent only taken for dead) replaces it rather than adding one.
+    /// that a result that comes after all (from an agent only taken for
+    /// dead) replaces it rather than adding one.
     lost_numbers: HashMap<ActivityId, Vec<(NodeId, i64, i64)>>,
     /// Executions journaled as lost.
     pub(super) lost: usize,
@@ -257,8 +258,13 @@ impl Executions {
     }
 
     /// Journals as lost every execution still open when the run stops:
-    /// its agent did not report how it ended in time.
+    /// its agent did not report how it ended in time. Extra results whose
+    /// node's settling report the stopping run did not take are journaled
+    /// as they are.
     pub(super) fn unreported(&mut self) {
+        for (node, result) in std::mem::take(&mut self.early) {
+            self.extra_ran(node, &result);
+        }
         self.lose(
             |_| true,
             |name| {
