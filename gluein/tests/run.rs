@@ -628,3 +628,54 @@ script = "head -c 200000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'fatal: o
     );
     assert!(peak_mib < 100, "the runner peaked at {peak_mib} MiB");
 }
+
+#[test]
+fn json_summary_says_what_the_text_says() {
+    let dir = workdir("json");
+    std::fs::write(
+        dir.join("g.toml"),
+        r#"
+[[activity]]
+id = "ok-{i}"
+for = { i = "1..=3" }
+script = "true"
+
+[[activity]]
+id = "bad"
+script = "echo broken >&2; exit 4"
+
+[[activity]]
+id = "after-bad"
+script = "true"
+after = ["bad"]
+"#,
+    )
+    .unwrap();
+    let output = run(&dir, &["g.toml", "-n", "2", "--journal", "j.db", "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", text(&output)));
+    assert_eq!(json["status"], "failed", "{json}");
+    assert_eq!(json["run"], 1, "{json}");
+    assert!(
+        json["journal"]
+            .as_str()
+            .is_some_and(|j| j.ends_with("j.db")),
+        "{json}"
+    );
+    let counts = &json["activities"];
+    assert_eq!(
+        (counts["total"].as_u64(), counts["done"].as_u64()),
+        (Some(5), Some(3)),
+        "{json}"
+    );
+    assert_eq!(counts["failed"], 1, "{json}");
+    assert_eq!(counts["cancelled"], 1, "{json}");
+    let failures = json["failures"].as_array().expect("a failures array");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.as_str().is_some_and(|f| f.contains("bad"))),
+        "{json}"
+    );
+}

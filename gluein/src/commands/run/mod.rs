@@ -125,6 +125,11 @@ pub struct RunArgs {
     /// one activity's output with `constellation output RUN ID`).
     #[arg(long, default_value = "files", value_name = "MODE")]
     output: OutputMode,
+    /// Print the end-of-run summary as one JSON object on stdout (run,
+    /// journal, status, activity counts, re-executions, failures, wall
+    /// time) instead of text, for scripts; progress still goes to stderr.
+    #[arg(long)]
+    json: bool,
     /// For the pool node's job service, which starts runners for submitted
     /// jobs: the run's counts (`gluein::service::JobCounts` as JSON) are
     /// written to FILE at every progress update and at the end, replaced
@@ -423,20 +428,30 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         // Nothing runs any more, whatever the last update said.
         JobProgressFile::new(path).write(tally, 0);
     }
-    print!("{}", tally.summary(started.elapsed()));
-    if let Some(executions) = recorder
-        .executions
-        .as_ref()
-        .filter(|e| e.lost + e.extra > 0)
-    {
-        println!(
-            "re-executions: {} ({} lost with their agent, {} extra results), each an attempt in the journal",
-            executions.lost + executions.extra,
-            executions.lost,
-            executions.extra
-        );
+    let re_executions = recorder.executions.as_ref().map(|e| (e.lost, e.extra));
+    if args.json {
+        let summary = RunJson {
+            run,
+            journal: journal_path.display().to_string(),
+            graph: args.graph.display().to_string(),
+            status: status.as_str(),
+            activities: ActivityCountsJson {
+                total: tally.total,
+                skipped: tally.skipped,
+                done: tally.done,
+                failed: tally.failed,
+                cancelled: tally.cancelled,
+                interrupted: tally.interrupted,
+                retried: tally.retried,
+            },
+            re_executions: re_executions.map(|(lost, extra)| ReExecutionsJson { lost, extra }),
+            failures: tally.failures.clone(),
+            wall_s: started.elapsed().as_secs_f64(),
+        };
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(tally, re_executions, &journal_path, started.elapsed());
     }
-    println!("journal: {}", journal_path.display());
     let Some(stop) = stop else {
         runner.done();
         return Ok(match status {
@@ -465,6 +480,59 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             )
         }
     }
+}
+
+/// The end-of-run summary as text: counts, durations per kind, failures,
+/// re-executions (lost with their agent, or extra results) and the journal.
+fn print_summary(
+    tally: &Tally,
+    re_executions: Option<(usize, usize)>,
+    journal_path: &Path,
+    elapsed: Duration,
+) {
+    print!("{}", tally.summary(elapsed));
+    if let Some((lost, extra)) = re_executions.filter(|(lost, extra)| lost + extra > 0) {
+        println!(
+            "re-executions: {} ({lost} lost with their agent, {extra} extra results), each an attempt in the journal",
+            lost + extra,
+        );
+    }
+    println!("journal: {}", journal_path.display());
+}
+
+/// What `run --json` prints at the end: one object, in the style of
+/// `status --json` and `jobs --json`.
+#[derive(serde::Serialize)]
+struct RunJson {
+    run: i64,
+    journal: String,
+    graph: String,
+    status: &'static str,
+    activities: ActivityCountsJson,
+    /// Executions beyond one per activity, on a pool run: lost with their
+    /// agent, or extra results after the activity settled.
+    re_executions: Option<ReExecutionsJson>,
+    failures: Vec<String>,
+    wall_s: f64,
+}
+
+/// The graph's activities by how this run left them.
+#[derive(serde::Serialize)]
+struct ActivityCountsJson {
+    total: usize,
+    skipped: usize,
+    done: usize,
+    failed: usize,
+    cancelled: usize,
+    interrupted: usize,
+    retried: usize,
+}
+
+/// See [`RunJson::re_executions`].
+#[derive(serde::Serialize)]
+struct ReExecutionsJson {
+    lost: usize,
+    extra: usize,
 }
 
 /// Loads the graph file at `path` and retargets it with the context file
