@@ -359,8 +359,8 @@ where
                 }
                 Due::EarlyEvents(id) => self.expire_early(id, now),
                 Due::Recontact => self.recontact(now),
-                Due::DownGrace { node, bump } => self.down_grace_over(node, bump, host),
-                Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, host),
+                Due::DownGrace { node, bump } => self.down_grace_over(node, bump, now, host),
+                Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, now, host),
             }
         }
         self.finish(now, host);

@@ -214,11 +214,11 @@ where
     }
 
     /// The grace after SWIM declared a member down is over.
-    pub(super) fn down_grace_over(&mut self, node: NodeId, bump: u16, host: &mut H) {
+    pub(super) fn down_grace_over(&mut self, node: NodeId, bump: u16, now: Instant, host: &mut H) {
         let dead = (self.roster.get(node))
             .is_some_and(|member| !member.up && member.leaving.is_none() && member.id.bump == bump);
         if dead {
-            self.remove_member(node, true, host);
+            self.remove_member(node, true, now, host);
         }
     }
 
@@ -252,17 +252,17 @@ where
     }
 
     /// The failure timeout after a member's `Leaving` is over.
-    pub(super) fn leaver_gone(&mut self, node: NodeId, bump: u16, host: &mut H) {
+    pub(super) fn leaver_gone(&mut self, node: NodeId, bump: u16, now: Instant, host: &mut H) {
         let gone = (self.roster.get(node))
             .is_some_and(|member| member.leaving.is_some() && member.id.bump == bump);
         if gone {
-            self.remove_member(node, false, host);
+            self.remove_member(node, false, now, host);
         }
     }
 
     /// Removes a member that left or died; what it held for this node is
     /// queued again, or given up.
-    pub(super) fn remove_member(&mut self, node: NodeId, died: bool, host: &mut H) {
+    pub(super) fn remove_member(&mut self, node: NodeId, died: bool, now: Instant, host: &mut H) {
         let Some(member) = self.roster.remove(node) else {
             return;
         };
@@ -282,12 +282,22 @@ where
             .filter(|(_, (_, victim))| victim.peer == node)
             .map(|(request, _)| *request)
             .collect();
+        let abandoned = !stale.is_empty();
         for request in stale {
             if let Some((context, _)) = self.steals.remove(&request) {
                 if let Some(throttle) = self.throttles.get_mut(&context) {
                     throttle.abandon();
                 }
             }
+        }
+        if abandoned {
+            // The executors that waited on those requests are still idle,
+            // and no reply, idle notice or pause will come to wake them:
+            // a member that froze (rather than died) keeps its requests
+            // unanswered, and it was no victim since it went down, so the
+            // members do not change again when it is removed. They ask the
+            // others now, where what it held may just have been queued.
+            self.try_steal(now, host);
         }
         if member.usable() || member.leaving.is_some() {
             self.members_changed();

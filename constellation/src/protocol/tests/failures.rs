@@ -173,6 +173,46 @@ fn a_thief_whose_victim_dies_mid_steal_steals_elsewhere_and_loses_nothing() -> R
 }
 
 #[test]
+fn a_thief_whose_request_waits_on_a_frozen_victim_steals_its_requeued_work() -> Result<(), String> {
+    // 0 has the work, 1 takes it and freezes (SIGSTOP: its messages wait,
+    // they do not fail), 2 is idle and its request to 1 waits with them.
+    // When 1 is declared dead, 0 queues the work again: 2 must take it
+    // then, not when 1 wakes up and answers.
+    let mut c = Cluster::new(3);
+    c.form(secs(10))?;
+    let job = c.submit(0, secs(120));
+    c.executors_on(1, true);
+    c.run_until(secs(5), "node 1 took the work", |c| {
+        c.host(1).imports.len() == 1
+    })?;
+    let frozen = secs(60);
+    c.pause(1, frozen);
+    let paused = c.now();
+    c.executors_on(2, true);
+    c.run_until(secs(5), "a steal on its way from 2 to 1", |c| {
+        c.in_flight(2, 1, |m| matches!(m, Message::Steal { .. }))
+    })?;
+    c.run_until(
+        DETECTION_BOUND + secs(2),
+        "node 0 queued its work again",
+        |c| c.host(0).reclaims.len() == 1,
+    )?;
+    let requeued = c.now();
+    c.run_until(
+        DETECTION_BOUND,
+        "node 2 took the work queued again while node 1 is frozen",
+        |c| c.host(2).imports.iter().any(|(id, _)| *id == job),
+    )?;
+    let took = c.now() - requeued;
+    println!("the work queued again was stolen {took:?} after it was queued");
+    assert!(
+        c.now() - paused < frozen,
+        "node 2 waited for the frozen node to wake up"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_leaving_thief_s_finished_work_is_not_run_again_and_the_rest_is() -> Result<(), String> {
     // 0 has the work, 1 takes four, finishes three and leaves; 2 watches.
     let mut c = Cluster::with(3, |index| if index == 1 { 4 } else { 1 }, |_, _| {});
