@@ -55,13 +55,13 @@ impl JoinProblem {
             ),
             DialError::Transport(errors) => {
                 let detail = (errors.iter())
-                    .map(|(_, error)| chain(error))
+                    .map(|(_, error)| with_causes(error))
                     .collect::<Vec<_>>()
                     .join("; ");
                 let debug = format!("{errors:?}");
                 (classify(&detail, &debug), detail)
             }
-            other => (JoinFailure::Other, chain(other)),
+            other => (JoinFailure::Other, with_causes(other)),
         };
         JoinProblem {
             address,
@@ -71,17 +71,24 @@ impl JoinProblem {
     }
 }
 
-/// `error` and its sources, outermost first.
-fn chain(error: &dyn std::error::Error) -> String {
+/// An error and its causes on one line, outermost first: libp2p's listen,
+/// transport and dial errors often say little themselves ("" for a port in
+/// use) and keep the operating system's reason as their source.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        let more = inner.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&said);
         }
-        source = inner.source();
+        cause = inner.source();
+    }
+    if text.is_empty() {
+        text = format!("{error:?}");
     }
     text
 }

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
+use crate::net::join::with_causes;
 use crate::net::message::{Envelope, NetPeer, Request, Response};
 use crate::net::{JoinProblem, NodeConfig, NodeError};
 use crate::protocol::Transmit;
@@ -93,7 +94,6 @@ pub(crate) struct Bootstrap {
 }
 
 impl Bootstrap {
-    /// Dials every bootstrap address.
     /// Dials every bootstrap address. Dials that fail at once are
     /// recorded in `problems`, as the driver records those that fail later.
     pub(crate) fn dial(
@@ -159,28 +159,6 @@ impl Bootstrap {
             }
         }
     }
-}
-
-/// An error and its causes on one line: libp2p's listen and transport
-/// errors often say nothing themselves ("" for a port in use) and keep
-/// the operating system's reason as their source.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        let said = inner.to_string();
-        if !said.is_empty() && !text.contains(&said) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&said);
-        }
-        cause = inner.source();
-    }
-    if text.is_empty() {
-        text = format!("{error:?}");
-    }
-    text
 }
 
 /// Peer ids as libp2p keeps them and as the node protocol names them
