@@ -453,8 +453,9 @@ fn a_node_dying_mid_run_loses_no_work() {
     assert!((report.capacity - expected).abs() < 1e-6);
 }
 
-#[test]
-fn a_master_without_executors_takes_back_the_work_of_a_dead_worker() {
+/// Master-worker on one site: a master without executors, and two workers
+/// of two executors each, of which w2 dies at 3.5 s.
+fn master_and_two_workers_one_dying(max_steal: usize) -> Model {
     let sites = vec![Site::new("vu")];
     let nodes = vec![
         NodeSpec::uniform("master", 0, 0, anywhere()),
@@ -462,7 +463,13 @@ fn a_master_without_executors_takes_back_the_work_of_a_dead_worker() {
         NodeSpec::uniform("w2", 0, 2, anywhere()).dying_at(3.5),
     ];
     let mut model = Model::new(sites, nodes).with_strategy(Strategy::MasterWorker);
-    model.max_steal = 4;
+    model.max_steal = max_steal;
+    model
+}
+
+#[test]
+fn a_master_without_executors_takes_back_the_work_of_a_dead_worker() {
+    let model = master_and_two_workers_one_dying(4);
     let report = simulate(&model, &Workload::bag(40, 1.0, ContextList::anywhere())).unwrap();
     assert!(report.requeued > 0);
     assert_eq!(report.completed, 40);
@@ -915,14 +922,7 @@ fn a_dead_node_is_given_up_after_the_failure_timeout_and_at_most_four_probe_peri
     // The master hands one activity to each worker; w2 dies holding its
     // own, and w1, idle by then, runs it again once the master declares
     // w2 dead and queues it again.
-    let sites = vec![Site::new("vu")];
-    let nodes = vec![
-        NodeSpec::uniform("master", 0, 0, anywhere()),
-        NodeSpec::uniform("w1", 0, 2, anywhere()),
-        NodeSpec::uniform("w2", 0, 2, anywhere()).dying_at(3.5),
-    ];
-    let mut model = Model::new(sites, nodes).with_strategy(Strategy::MasterWorker);
-    model.max_steal = 1;
+    let model = master_and_two_workers_one_dying(1);
     let report = simulate(&model, &Workload::bag(2, 10.0, ContextList::anywhere())).unwrap();
     assert_eq!(report.requeued, 1, "{:?}", report.records);
     let again = completed(&report)
