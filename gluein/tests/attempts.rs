@@ -5,60 +5,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{log, scratch, spawn, spawn_agent, start_pool, wait_exit, Guard};
+use common::{
+    counted_sleepers, executions, first_label, log, per_agent, scratch, spawn_agent,
+    spawn_pool_run, start_pool, wait_exit, Guard,
+};
 use journal::{AttemptRow, Journal, LOST};
-
-/// Writes `dir/graph.toml`: `n` activities that each append a line
-/// "LABELS PID" to `dir/starts/N` when they start (one line per execution,
-/// however often it runs), then become `sleep SECONDS` in the same process.
-fn counted_sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
-    let starts = dir.join("starts");
-    std::fs::create_dir_all(&starts).unwrap();
-    let graph = dir.join("graph.toml");
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"c-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
-             script = \"echo $CONSTELLATION_LABELS $$ >> {}/{{n}}; exec sleep {seconds}\"\n",
-            starts.display()
-        ),
-    )
-    .unwrap();
-    graph
-}
-
-/// The first label of a comma separated label list.
-fn first_label(labels: &str) -> &str {
-    labels.split(',').next().unwrap_or_default()
-}
-
-/// Every execution started so far: (agent's first label, command's pid).
-fn executions(dir: &Path) -> Vec<(String, i32)> {
-    let mut started = Vec::new();
-    for entry in std::fs::read_dir(dir.join("starts")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            let labels = words.next().unwrap_or_default();
-            let pid = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-            started.push((first_label(labels).to_string(), pid));
-        }
-    }
-    started
-}
-
-/// How many of `executions` or of `attempts` each agent has.
-fn per_agent<'a>(agents: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
-    let mut counted = BTreeMap::new();
-    for agent in agents {
-        *counted.entry(agent.to_string()).or_default() += 1;
-    }
-    counted
-}
 
 /// Waits until `count` executions run on the agent labelled `label`, or
 /// fails saying why; the run must still be going.
@@ -86,26 +40,32 @@ fn wait_for_executions(dir: &Path, label: &str, count: usize, runner: &mut Guard
 /// joined, journaling to `dir/journal.db`, logging to `dir/run.log`.
 fn spawn_run(dir: &Path, graph: &Path, agents: usize) -> Guard {
     let agents = agents.to_string();
-    let journal = dir.join("journal.db");
-    let args = [
-        "run",
-        graph.to_str().unwrap(),
-        "--pool",
-        "pool.json",
-        "--wait-agents",
-        &agents,
-        "--progress",
-        "none",
-        "--journal",
-        journal.to_str().unwrap(),
-    ];
-    spawn(dir, &args, "run.log")
+    let extra = ["--wait-agents", &agents, "--progress", "none"];
+    spawn_pool_run(dir, graph, &dir.join("journal.db"), &extra)
 }
 
 /// The attempts of the journal's only run.
 fn attempts(dir: &Path) -> Vec<AttemptRow> {
     let journal = Journal::open_read_only(&dir.join("journal.db")).unwrap();
     journal.attempts(Some(1)).unwrap()
+}
+
+/// Waits for the run to end, successfully, and checks that each agent has
+/// as many attempts in the journal as executions it started; returns the
+/// run's log and the attempts.
+fn ends_with_an_attempt_per_execution(dir: &Path, runner: &mut Guard) -> (String, Vec<AttemptRow>) {
+    let status = wait_exit(runner, Duration::from_secs(120));
+    let said = log(dir, "run.log");
+    let status = status.unwrap_or_else(|| panic!("the run did not end within 120 s:\n{said}"));
+    assert!(status.success(), "{said}");
+    let executed = executions(dir);
+    let attempts = attempts(dir);
+    assert_eq!(
+        per_agent(attempts.iter().map(|a| first_label(&a.labels))),
+        per_agent(executed.iter().map(|(label, _)| label.as_str())),
+        "one attempt per execution, on the agent that ran it:\n{attempts:#?}\n{said}"
+    );
+    (said, attempts)
 }
 
 fn signal(pid: i32, signal: i32) {
@@ -140,18 +100,7 @@ fn commands_killed_with_their_pilot_are_lost_attempts_and_run_again() {
         "the pilot's agent did not leave within 60 s of SIGTERM:\n{}",
         log(&dir, "pilot.log")
     );
-    let status = wait_exit(&mut runner, Duration::from_secs(120));
-    let said = log(&dir, "run.log");
-    let status = status.unwrap_or_else(|| panic!("the run did not end within 120 s:\n{said}"));
-    assert!(status.success(), "{said}");
-
-    let executed = executions(&dir);
-    let attempts = attempts(&dir);
-    assert_eq!(
-        per_agent(attempts.iter().map(|a| first_label(&a.labels))),
-        per_agent(executed.iter().map(|(label, _)| label.as_str())),
-        "one attempt per execution, on the agent that ran it:\n{attempts:#?}\n{said}"
-    );
+    let (said, attempts) = ends_with_an_attempt_per_execution(&dir, &mut runner);
     // The agent lets what it took run while it leaves: commands that
     // started after the signal end by themselves and are reported. The
     // killed ones are not: the agent left without their results.
@@ -237,17 +186,7 @@ fn an_agent_taken_for_dead_that_comes_back_is_journaled_once_per_execution() {
     // Failure detection takes about 10 s here.
     std::thread::sleep(Duration::from_secs(20));
     signal(slow.0.id() as i32, libc::SIGCONT);
-    let status = wait_exit(&mut runner, Duration::from_secs(120));
-    let said = log(&dir, "run.log");
-    let status = status.unwrap_or_else(|| panic!("the run did not end within 120 s:\n{said}"));
-    assert!(status.success(), "{said}");
-    let executed = executions(&dir);
-    let attempts = attempts(&dir);
-    assert_eq!(
-        per_agent(attempts.iter().map(|a| first_label(&a.labels))),
-        per_agent(executed.iter().map(|(label, _)| label.as_str())),
-        "one attempt per execution, on the agent that ran it:\n{attempts:#?}\n{said}"
-    );
+    let (said, attempts) = ends_with_an_attempt_per_execution(&dir, &mut runner);
     let journal = Journal::open_read_only(&dir.join("journal.db")).unwrap();
     let counted = journal.re_executions(1).unwrap();
     println!("re-executions: {counted:?}");

@@ -7,16 +7,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{log, marks, run, run_on_pool, scratch, sleepers, spawn_agent, start_pool, text};
+use common::{
+    counted_sleepers, executions, first_label, log, marks, per_agent, run, run_on_pool, scratch,
+    sleepers, spawn_agent, start_pool, text,
+};
 use journal::Journal;
-
-/// The first label of a comma separated label list.
-fn first_label(labels: &str) -> &str {
-    labels.split(',').next().unwrap_or_default()
-}
 
 #[test]
 fn two_agents_on_one_host_are_two_nodes_with_their_own_executors_and_cores() {
@@ -100,37 +97,6 @@ fn two_agents_on_one_host_are_two_nodes_with_their_own_executors_and_cores() {
     );
 }
 
-/// Writes `dir/graph.toml`: `n` activities that each append their
-/// executor's labels to `dir/starts/N` when they start (one line per
-/// execution, however often it runs), then sleep `seconds`.
-fn counted_sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
-    let starts = dir.join("starts");
-    std::fs::create_dir_all(&starts).unwrap();
-    let graph = dir.join("graph.toml");
-    std::fs::write(
-        &graph,
-        format!(
-            "[[activity]]\nid = \"c-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
-             script = \"echo $CONSTELLATION_LABELS >> {}/{{n}}; sleep {seconds}\"\n",
-            starts.display()
-        ),
-    )
-    .unwrap();
-    graph
-}
-
-/// Executions started so far, per agent (first label).
-fn executions(dir: &Path) -> BTreeMap<String, usize> {
-    let mut by_agent = BTreeMap::new();
-    for entry in std::fs::read_dir(dir.join("starts")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text.lines() {
-            *by_agent.entry(first_label(line).to_string()).or_default() += 1;
-        }
-    }
-    by_agent
-}
-
 #[test]
 fn after_an_agent_is_killed_every_execution_is_an_attempt() {
     let dir = scratch("pool-journal-kill");
@@ -140,21 +106,10 @@ fn after_an_agent_is_killed_every_execution_is_an_attempt() {
     let _survivor = spawn_agent(&dir, 2, "survivor", &["--idle-timeout", "12s"]);
     let graph = counted_sleepers(&dir, 16, 0.5);
     let journal_path = dir.join("journal.db");
-    let args = [
-        "run",
-        graph.to_str().unwrap(),
-        "--pool",
-        "pool.json",
-        "--wait-agents",
-        "2",
-        "--progress",
-        "none",
-        "--journal",
-        journal_path.to_str().unwrap(),
-    ];
-    let mut runner = common::spawn(&dir, &args, "run.log");
+    let extra = ["--wait-agents", "2", "--progress", "none"];
+    let mut runner = common::spawn_pool_run(&dir, &graph, &journal_path, &extra);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while executions(&dir).get("victim").copied().unwrap_or(0) == 0 {
+    while !executions(&dir).iter().any(|(agent, _)| agent == "victim") {
         assert!(
             Instant::now() < deadline,
             "the victim never started work: {}",
@@ -173,13 +128,9 @@ fn after_an_agent_is_killed_every_execution_is_an_attempt() {
 
     let journal = Journal::open_read_only(&journal_path).unwrap();
     let attempts = journal.attempts(None).unwrap();
-    let mut journaled: BTreeMap<String, usize> = BTreeMap::new();
-    for a in &attempts {
-        *journaled
-            .entry(first_label(&a.labels).to_string())
-            .or_default() += 1;
-    }
+    let journaled = per_agent(attempts.iter().map(|a| first_label(&a.labels)));
     let executed = executions(&dir);
+    let executed = per_agent(executed.iter().map(|(agent, _)| agent.as_str()));
     println!("executions {executed:?}, attempts {journaled:?}");
     assert_eq!(
         journaled, executed,

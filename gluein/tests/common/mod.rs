@@ -6,6 +6,7 @@
 // Each test file uses its own subset of these helpers.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
@@ -290,6 +291,53 @@ pub fn marks(dir: &Path) -> Vec<(String, u128, u128)> {
             (first, start, end)
         })
         .collect()
+}
+
+/// Writes `dir/graph.toml`: `n` activities that each append a line
+/// "LABELS PID" to `dir/starts/N` when they start (one line per execution,
+/// however often it runs), then become `sleep SECONDS` in the same process.
+pub fn counted_sleepers(dir: &Path, n: usize, seconds: f64) -> PathBuf {
+    let starts = dir.join("starts");
+    std::fs::create_dir_all(&starts).expect("starts directory");
+    numbered_graph(
+        &dir.join("graph.toml"),
+        "c",
+        n,
+        &format!(
+            "echo $CONSTELLATION_LABELS $$ >> {}/{{n}}; exec sleep {seconds}",
+            starts.display()
+        ),
+    )
+}
+
+/// The first label of a comma separated label list.
+pub fn first_label(labels: &str) -> &str {
+    labels.split(',').next().unwrap_or_default()
+}
+
+/// Every execution of [`counted_sleepers`] started so far: (agent's first
+/// label, command's pid).
+pub fn executions(dir: &Path) -> Vec<(String, i32)> {
+    let mut started = Vec::new();
+    for entry in std::fs::read_dir(dir.join("starts")).expect("starts directory") {
+        let text = std::fs::read_to_string(entry.expect("start").path()).expect("start");
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let labels = words.next().unwrap_or_default();
+            let pid = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            started.push((first_label(labels).to_string(), pid));
+        }
+    }
+    started
+}
+
+/// How many of the given agents' executions or attempts each agent has.
+pub fn per_agent<'a>(agents: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut counted = BTreeMap::new();
+    for agent in agents {
+        *counted.entry(agent.to_string()).or_default() += 1;
+    }
+    counted
 }
 
 /// How many activities of [`sleepers`] have finished so far.
