@@ -447,10 +447,7 @@ impl Shared {
             return self.finish_cancel(state, &job);
         }
         let status = last_run_status(&job.journal);
-        let counts = counts_of(&JobRow {
-            state: JobState::Failed,
-            ..job.clone()
-        });
+        let counts = ended_counts(&job);
         let failed_message = || {
             format!(
                 "{} activit{} failed, {} cancelled; see `constellation job {id}`",
@@ -517,10 +514,7 @@ impl Shared {
             ),
         };
         let _ = std::fs::remove_file(progress_file(job));
-        let counts = counts_of(&JobRow {
-            state: JobState::Cancelled,
-            ..job.clone()
-        });
+        let counts = ended_counts(job);
         (state.store).set_ended(job.id, JobState::Cancelled, Some(&message), Some(&counts))?;
         eprintln!("job {} ({}) {message}", job.id, job.name);
         Ok(())
@@ -551,10 +545,7 @@ impl Shared {
             }
             Err(error) => {
                 let message = format!("its runner could not start: {error:#}");
-                let counts = counts_of(&JobRow {
-                    state: JobState::Failed,
-                    ..job.clone()
-                });
+                let counts = ended_counts(job);
                 (state.store).set_ended(job.id, JobState::Failed, Some(&message), Some(&counts))?;
                 eprintln!("job {} ({}) failed: {message}", job.id, job.name);
             }
@@ -753,6 +744,17 @@ fn summary(job: &JobRow) -> JobSummary {
 /// run journal (and, while it runs, the runner's progress file for what
 /// runs now); or, before its runner has journaled them, all waiting.
 fn counts_of(job: &JobRow) -> JobCounts {
+    tally(job, job.state == JobState::Running)
+}
+
+/// The counts job `job` ends with: as [`counts_of`], with nothing running.
+fn ended_counts(job: &JobRow) -> JobCounts {
+    tally(job, false)
+}
+
+/// [`counts_of`], taking what runs now from the runner's progress file
+/// with `running`.
+fn tally(job: &JobRow, running: bool) -> JobCounts {
     if let Some(counts) = job.final_counts {
         return counts;
     }
@@ -779,7 +781,7 @@ fn counts_of(job: &JobRow) -> JobCounts {
         }
         counts.total += state.count;
     }
-    if job.state == JobState::Running {
+    if running {
         // The progress file may lag the journal: what it calls running is
         // at most what the journal still has pending.
         counts.running = read_progress(&progress_file(job)).map_or(0, |p| p.running.min(pending));
