@@ -13,6 +13,17 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Writes `dir/notes.txt`, a file that is not a journal (nor SQLite).
+fn not_a_journal(dir: &Path) -> PathBuf {
+    let text = dir.join("notes.txt");
+    std::fs::write(
+        &text,
+        "this is not sqlite, just some text that is long enough",
+    )
+    .unwrap();
+    text
+}
+
 fn decl(id: &str, hash: u64, rerun: bool) -> ActivityDecl<'_> {
     ActivityDecl {
         id,
@@ -326,12 +337,7 @@ fn attempts_read_back_with_their_names_and_stream_places() {
 #[test]
 fn other_files_are_not_taken_for_journals() {
     let dir = scratch("bad");
-    let text = dir.join("notes.txt");
-    std::fs::write(
-        &text,
-        "this is not sqlite, just some text that is long enough",
-    )
-    .unwrap();
+    let text = not_a_journal(&dir);
     let error = Journal::open(&text).err().unwrap().to_string();
     assert!(error.contains("not a constellation journal"), "{error}");
     let missing = Journal::open(&dir.join("missing.db"))
@@ -661,12 +667,7 @@ fn a_lock_file_whose_holder_is_gone_is_taken() {
 #[test]
 fn a_file_that_is_not_a_journal_gets_no_lock_file() {
     let dir = scratch("lock-not-journal");
-    let text = dir.join("notes.txt");
-    std::fs::write(
-        &text,
-        "this is not sqlite, just some text that is long enough",
-    )
-    .unwrap();
+    let text = not_a_journal(&dir);
     assert!(matches!(
         Journal::open(&text),
         Err(JournalError::NotAJournal { .. })
