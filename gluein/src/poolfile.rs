@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use constellation::net::key::{self, KeyError};
-use constellation::net::{Keypair, Multiaddr, PoolKey};
+use constellation::net::{Keypair, Multiaddr, PoolKey, Protocol};
 use serde::{Deserialize, Serialize};
 
 /// What a pool file holds.
@@ -449,30 +449,26 @@ impl StateDir {
 
 /// The TCP port of `address`, if it has one.
 pub fn tcp_port(address: &Multiaddr) -> Option<u16> {
-    address
-        .iter()
-        .find_map(|part| part.to_string().strip_prefix("/tcp/")?.parse().ok())
+    address.iter().find_map(|part| match part {
+        Protocol::Tcp(port) => Some(port),
+        _ => None,
+    })
 }
 
 /// `address` with its TCP port set to `port`; `None` without a TCP part.
 pub fn with_tcp_port(address: &Multiaddr, port: u16) -> Option<Multiaddr> {
     let mut found = false;
-    let text: String = address
+    let changed = address
         .iter()
-        .map(|part| {
-            let part = part.to_string();
-            if !found && part.starts_with("/tcp/") {
+        .map(|part| match part {
+            Protocol::Tcp(_) if !found => {
                 found = true;
-                format!("/tcp/{port}")
-            } else {
-                part
+                Protocol::Tcp(port)
             }
+            other => other,
         })
         .collect();
-    if !found {
-        return None;
-    }
-    text.parse().ok()
+    found.then_some(changed)
 }
 
 #[cfg(test)]

@@ -106,6 +106,8 @@ pub use key::PoolKey;
 /// A node's libp2p identity (an ed25519 key pair), as
 /// [`NodeConfig::identity`] takes it.
 pub use libp2p::identity::Keypair;
+/// One part of a [`Multiaddr`] (`/ip4/…`, `/tcp/…`), as libp2p reads it.
+pub use libp2p::multiaddr::Protocol;
 /// Addresses of nodes, as libp2p writes them (`/ip4/…/tcp/…/p2p/…`).
 pub use libp2p::Multiaddr;
 pub use message::{MemberStatus, NetPeer, RelabelRequest};
