@@ -1,14 +1,12 @@
 //! `constellation cancel ID`: asks the pool node's job service to cancel a
 //! job, and prints where the job stands after the request.
 
-use std::process::ExitCode;
-use std::time::Duration;
-
 use clap::Args;
 use gluein::service::{JobState, JobSummary, ServiceRequest, ServiceResponse};
 use serde::Serialize;
+use std::process::ExitCode;
 
-use super::{ask_pool, unexpected_answer, PoolAddress};
+use super::{unexpected_answer, ServiceAddress};
 
 /// Arguments of `constellation cancel`.
 #[derive(Args)]
@@ -28,13 +26,10 @@ pub struct CancelArgs {
     /// The job's id, as `submit` printed it.
     id: u64,
     #[command(flatten)]
-    address: PoolAddress,
+    service: ServiceAddress,
     /// Print `{"job": {...}}` instead of a sentence, for scripts.
     #[arg(long)]
     json: bool,
-    /// How long to wait for the pool, and for its answer.
-    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
-    timeout: Duration,
 }
 
 /// What `--json` prints.
@@ -46,7 +41,7 @@ struct CancelJson<'a> {
 /// Cancels the job.
 pub fn main(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Cancel { id: args.id };
-    let job = match ask_pool(&args.address, &request, args.timeout)? {
+    let job = match args.service.ask(&request)? {
         ServiceResponse::Job { job } => job,
         other => return Err(unexpected_answer("the job", &other)),
     };

@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
@@ -17,7 +16,7 @@ use gluein::service::{JobState, JobSummary, ServiceRequest, ServiceResponse};
 use journal::{Journal, JournalError};
 use serde::Serialize;
 
-use super::{ask_pool, unexpected_answer, PoolAddress};
+use super::{unexpected_answer, ServiceAddress};
 
 /// Arguments of `constellation jobs`.
 #[derive(Args)]
@@ -33,16 +32,13 @@ now, DONE, FAIL and CANC those that succeeded, failed, or were cancelled
 Times are UTC. `constellation job ID` lists a job's activities.")]
 pub struct JobsArgs {
     #[command(flatten)]
-    address: PoolAddress,
+    service: ServiceAddress,
     /// Also list jobs that ended (succeeded, failed, cancelled).
     #[arg(long)]
     all: bool,
     /// Print `{"jobs": [...]}` instead of a table, for scripts.
     #[arg(long)]
     json: bool,
-    /// How long to wait for the pool, and for its answer.
-    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
-    timeout: Duration,
 }
 
 /// Arguments of `constellation job`.
@@ -61,13 +57,10 @@ pub struct JobArgs {
     /// The job's id, as `submit` printed it.
     id: u64,
     #[command(flatten)]
-    address: PoolAddress,
+    service: ServiceAddress,
     /// Print `{"job": {...}, "activities": [...]}` instead of text.
     #[arg(long)]
     json: bool,
-    /// How long to wait for the pool, and for its answer.
-    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
-    timeout: Duration,
 }
 
 /// What `jobs --json` prints.
@@ -79,7 +72,7 @@ struct JobsJson<'a> {
 /// Lists the jobs.
 pub fn jobs_main(args: JobsArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Jobs { all: args.all };
-    let jobs = match ask_pool(&args.address, &request, args.timeout)? {
+    let jobs = match args.service.ask(&request)? {
         ServiceResponse::Jobs { jobs } => jobs,
         other => return Err(unexpected_answer("a list of jobs", &other)),
     };
@@ -92,7 +85,7 @@ pub fn jobs_main(args: JobsArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "no jobs {}on the pool {}",
             if args.all { "" } else { "queued or running " },
-            args.address.pool
+            args.service.address.pool
         );
     } else {
         print!("{}", render_jobs(&jobs));
@@ -164,7 +157,7 @@ struct JobJson<'a> {
 /// Shows one job and its activities.
 pub fn job_main(args: JobArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Job { id: args.id };
-    let job = match ask_pool(&args.address, &request, args.timeout)? {
+    let job = match args.service.ask(&request)? {
         ServiceResponse::Job { job } => job,
         other => return Err(unexpected_answer("a job", &other)),
     };

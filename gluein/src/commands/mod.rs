@@ -48,6 +48,28 @@ pub struct PoolAddress {
     pub key_file: Option<std::path::PathBuf>,
 }
 
+/// Which pool's job service to ask, and how long to wait for it: the
+/// arguments of the commands that ask it once (`submit`, `jobs`, `job`,
+/// `cancel`).
+#[derive(clap::Args)]
+pub struct ServiceAddress {
+    #[command(flatten)]
+    pub address: PoolAddress,
+    /// How long to wait for the pool, and for its answer.
+    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
+    pub timeout: std::time::Duration,
+}
+
+impl ServiceAddress {
+    /// Asks the job service once; see [`ask_pool`].
+    fn ask(
+        &self,
+        request: &gluein::service::ServiceRequest,
+    ) -> anyhow::Result<gluein::service::ServiceResponse> {
+        ask_pool(&self.address, request, self.timeout)
+    }
+}
+
 /// Label of the one executor of a node that only looks at the pool
 /// (`status`, `relabel`): nothing asks for it, so no work goes there.
 const OBSERVER_LABEL: &str = "constellation:observer";

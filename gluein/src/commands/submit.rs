@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
@@ -19,7 +18,7 @@ use graph::Relabel;
 use serde::Serialize;
 
 use super::run::pool::check_pool_contexts;
-use super::{ask_master, join_as_observer, unexpected_answer, PoolAddress};
+use super::{ask_master, join_as_observer, unexpected_answer, ServiceAddress};
 
 /// Arguments of `constellation submit`.
 #[derive(Args)]
@@ -48,7 +47,7 @@ pub struct SubmitArgs {
     /// The graph file (TOML, or JSON if it ends in .json).
     graph: PathBuf,
     #[command(flatten)]
-    address: PoolAddress,
+    service: ServiceAddress,
     /// A name to list the job by. Default: the graph file's name without
     /// its extension.
     #[arg(long)]
@@ -71,9 +70,6 @@ pub struct SubmitArgs {
     /// Print `{"id":N,"name":...}` instead of a sentence, for scripts.
     #[arg(long)]
     json: bool,
-    /// How long to wait for the pool, and for its answer.
-    #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
-    timeout: Duration,
 }
 
 /// What `--json` prints.
@@ -94,7 +90,7 @@ pub fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     }
     let graph = super::run::load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
     let submission = submission(&args)?;
-    let node = join_as_observer(&args.address, "submit", args.timeout)?;
+    let node = join_as_observer(&args.service.address, "submit", args.service.timeout)?;
     if !args.wait_for_labels {
         // What the pool's agents offer, once the member list has settled
         // where something is missing.
@@ -103,7 +99,11 @@ pub fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             return Err(error);
         }
     }
-    let answer = ask_master(&node, &ServiceRequest::Submit(submission), args.timeout);
+    let answer = ask_master(
+        &node,
+        &ServiceRequest::Submit(submission),
+        args.service.timeout,
+    );
     node.leave();
     let id = match answer.context("the pool did not take the job")? {
         ServiceResponse::Submitted { id } => id,
