@@ -258,11 +258,8 @@ impl ShellActivity {
         }
         let spec = &self.spec;
         loop {
-            if running::stopped() {
-                return Ran::ended(last, Ran::Stopping);
-            }
-            if running::origin_cancelled(activity.origin()) {
-                return Ran::ended(last, Ran::Cancelled);
+            if let Some(refusal) = running::refusal(Some(activity)) {
+                return Ran::refused(last, refusal);
             }
             if let (true, Some(parent), true) =
                 (self.report_starts, self.parent, announced < attempt)
@@ -339,10 +336,10 @@ impl ShellActivity {
             if let ShellOutcome::StartFailed { reason } = &done.outcome {
                 // Never started: not an attempt.
                 if reason == process::STOPPING {
-                    return Ran::ended(last, Ran::Stopping);
+                    return Ran::refused(last, running::Refusal::Stopping);
                 }
                 if reason == process::CANCELLED {
-                    return Ran::ended(last, Ran::Cancelled);
+                    return Ran::refused(last, running::Refusal::Cancelled);
                 }
             }
             history.push(AttemptRecord {
@@ -360,8 +357,7 @@ impl ShellActivity {
                     .cloned(),
             });
             let retry = attempt < spec.retry.max_attempts
-                && !running::stopped()
-                && !running::origin_cancelled(activity.origin())
+                && running::refusal(Some(activity)).is_none()
                 && match (&done.outcome, spec.retry.retry_on) {
                     (ShellOutcome::Exited { code: 0 }, _) => false,
                     (_, RetryOn::AnyFailure) => true,
@@ -384,7 +380,7 @@ impl ShellActivity {
                 spec.retry.max_attempts
             );
             if !running::pause_before_retry(activity, pause) {
-                return Ran::ended(last, Ran::Stopping);
+                return Ran::refused(last, running::Refusal::Stopping);
             }
         }
     }
@@ -442,10 +438,11 @@ enum Ran {
 }
 
 impl Ran {
-    /// The end of a run that stops now: with the last result if an attempt
-    /// ran, else `without`. A result taken before a cancel is marked as
+    /// The end of a run that stops now, for `refusal`: with the last
+    /// result if an attempt ran, else [`Ran::Stopping`] or
+    /// [`Ran::Cancelled`]. A result taken before a cancel is marked as
     /// cancelled if the cancel has come since.
-    fn ended(last: Option<ShellResult>, without: Ran) -> Ran {
+    fn refused(last: Option<ShellResult>, refusal: running::Refusal) -> Ran {
         match last {
             Some(mut result) => {
                 if result.cancelled.is_none() && running::origin_cancelled(result.activity.origin())
@@ -458,7 +455,10 @@ impl Ran {
                 }
                 Ran::Done(Box::new(result))
             }
-            None => without,
+            None => match refusal {
+                running::Refusal::Stopping => Ran::Stopping,
+                running::Refusal::Cancelled => Ran::Cancelled,
+            },
         }
     }
 }

@@ -14,6 +14,7 @@ use constellation::ActivityId;
 use super::launch::{Launch, Started, Stream};
 use super::output::OutputFiles;
 use super::result::{Output, ShellOutcome};
+use super::running::Refusal;
 use super::spec::{Capture, ShellSpec};
 use super::stream::{Pump, StreamSink};
 use super::tracking::ProcessTracking;
@@ -118,11 +119,10 @@ fn run_once_to(
         stdout: Output::Discarded,
         stderr: Output::Discarded,
     };
-    if super::running::stopped() {
-        return failed(STOPPING.to_string());
-    }
-    if !super::running::may_start(activity) {
-        return failed(CANCELLED.to_string());
+    match super::running::refusal(activity) {
+        Some(Refusal::Stopping) => return failed(STOPPING.to_string()),
+        Some(Refusal::Cancelled) => return failed(CANCELLED.to_string()),
+        None => {}
     }
     let argv = spec.program.argv();
     // Started in a process group of its own, so a timeout can kill

@@ -40,12 +40,33 @@ struct Running {
     cancelled: VecDeque<NodeId>,
 }
 
+/// Why an activity may not start (another) command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// This process stopped starting commands ([`stop_starting`]).
+    Stopping,
+    /// The node that created the activity had its work cancelled
+    /// ([`cancel_origin`]).
+    Cancelled,
+}
+
 impl Running {
-    /// Whether `activity` may not start (another) command: this process
-    /// stopped, or the node that created the activity had its work
+    /// Why `activity` may not start (another) command, if it may not: this
+    /// process stopped, or the node that created the activity had its work
     /// cancelled.
+    fn refusal(&self, activity: Option<ActivityId>) -> Option<Refusal> {
+        if self.stopped {
+            Some(Refusal::Stopping)
+        } else if activity.is_some_and(|a| self.cancelled.contains(&a.origin())) {
+            Some(Refusal::Cancelled)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `activity` may not start (another) command.
     fn refuses(&self, activity: Option<ActivityId>) -> bool {
-        self.stopped || activity.is_some_and(|a| self.cancelled.contains(&a.origin()))
+        self.refusal(activity).is_some()
     }
 }
 
@@ -128,17 +149,7 @@ pub fn kill_all_running(grace: Duration) -> Vec<ActivityId> {
         return pausing;
     }
     let groups: Vec<libc::pid_t> = signalled.iter().map(|&(g, _)| g).collect();
-    if !wait_until_gone(&groups, Instant::now() + grace) {
-        let running = running();
-        for group in groups.iter().filter(|g| running.groups.contains_key(g)) {
-            tracing::warn!(
-                group,
-                "a command did not end within {grace:?} of SIGTERM; killing it"
-            );
-            // SAFETY: as above; the lock keeps the group registered.
-            unsafe { libc::kill(-group, libc::SIGKILL) };
-        }
-    }
+    kill_after_grace(&groups, grace, "a command");
     if !wait_until_gone(&groups, Instant::now() + KILLED_PATIENCE) {
         tracing::error!(
             "commands killed with SIGKILL were not seen to end within {KILLED_PATIENCE:?}"
@@ -219,7 +230,7 @@ pub fn cancel_origin(origin: NodeId, grace: Duration) -> Cancelled {
     }
     let escalate = {
         let groups = signalled.clone();
-        move || kill_after_grace(&groups, grace)
+        move || kill_after_grace(&groups, grace, "a cancelled command")
     };
     let spawned = std::thread::Builder::new()
         .name("shell-cancel".to_string())
@@ -227,14 +238,15 @@ pub fn cancel_origin(origin: NodeId, grace: Duration) -> Cancelled {
     if spawned.is_err() {
         // No thread to spare: wait here rather than leave a command that
         // ignores SIGTERM running.
-        kill_after_grace(&signalled, grace);
+        kill_after_grace(&signalled, grace, "a cancelled command");
     }
     cancelled
 }
 
 /// Sends `SIGKILL` to those of `groups` still registered `grace` after
-/// their `SIGTERM`.
-fn kill_after_grace(groups: &[libc::pid_t], grace: Duration) {
+/// their `SIGTERM`, logging each as `what` (a command, a cancelled
+/// command) that did not end.
+fn kill_after_grace(groups: &[libc::pid_t], grace: Duration, what: &str) {
     if wait_until_gone(groups, Instant::now() + grace) {
         return;
     }
@@ -242,9 +254,10 @@ fn kill_after_grace(groups: &[libc::pid_t], grace: Duration) {
     for group in groups.iter().filter(|g| running.groups.contains_key(g)) {
         tracing::warn!(
             group,
-            "a cancelled command did not end within {grace:?} of SIGTERM; killing it"
+            "{what} did not end within {grace:?} of SIGTERM; killing it"
         );
-        // SAFETY: as in cancel_origin; the lock keeps the group registered.
+        // SAFETY: kill has no memory effects; the lock keeps the group
+        // registered, so its leader is unreaped and its id the command's.
         unsafe { libc::kill(-group, libc::SIGKILL) };
     }
 }
@@ -379,10 +392,11 @@ pub fn waiting_to_retry() -> usize {
     running().pausing.len()
 }
 
-/// Whether `activity` may start a command now: `false` once this process
-/// stopped starting commands, or the activity's origin was cancelled.
-pub(crate) fn may_start(activity: Option<ActivityId>) -> bool {
-    !running().refuses(activity)
+/// Why `activity` may not start a command now, if it may not: this process
+/// stopped starting commands, or the activity's origin was cancelled. One
+/// look, under one lock, for both.
+pub(crate) fn refusal(activity: Option<ActivityId>) -> Option<Refusal> {
+    running().refusal(activity)
 }
 
 /// Registers the just-started command whose process group is `group`.
