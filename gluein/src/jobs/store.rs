@@ -197,7 +197,6 @@ impl JobStore {
         activities: u64,
     ) -> anyhow::Result<u64> {
         let relabel = serde_json::to_string(&job.relabel).expect("strings are JSON");
-        let jobs_dir = self.jobs_dir.clone();
         self.sql(|c| {
             let tx = c.unchecked_transaction()?;
             // The journal's path needs the id: written with the row, in
@@ -220,7 +219,7 @@ impl JobStore {
                 ],
             )?;
             let id = tx.last_insert_rowid();
-            let journal = jobs_dir.join(id.to_string()).join("journal.db");
+            let journal = self.job_dir(id as u64).join("journal.db");
             tx.execute(
                 "UPDATE jobs SET journal = ?2 WHERE id = ?1",
                 params![id, path_text(&journal)],
