@@ -269,34 +269,34 @@ struct ListJson {
 
 fn list(root: &std::path::Path, runner: &SystemRunner, json: bool) -> anyhow::Result<ExitCode> {
     let mut allocations = alloc::list(root)?;
+    let listed: Vec<AllocationJson> = (allocations.iter_mut())
+        .map(|allocation| {
+            let (state, error) = match glidein::refresh(allocation, runner) {
+                Ok(state) => (state.to_string(), None),
+                Err(error) => (allocation.record.state.to_string(), Some(error.to_string())),
+            };
+            let record = &allocation.record;
+            AllocationJson {
+                id: record.id.clone(),
+                backend: record.backend.to_string(),
+                job_id: record.job_id.clone(),
+                nodes: record.nodes,
+                walltime_s: record.walltime_secs,
+                submitted: record.submitted_at,
+                state,
+                error,
+                dir: allocation.dir().display().to_string(),
+            }
+        })
+        .collect();
     if json {
-        let listed = (allocations.iter_mut())
-            .map(|allocation| {
-                let (state, error) = match glidein::refresh(allocation, runner) {
-                    Ok(state) => (state.to_string(), None),
-                    Err(error) => (allocation.record.state.to_string(), Some(error.to_string())),
-                };
-                let record = &allocation.record;
-                AllocationJson {
-                    id: record.id.clone(),
-                    backend: record.backend.to_string(),
-                    job_id: record.job_id.clone(),
-                    nodes: record.nodes,
-                    walltime_s: record.walltime_secs,
-                    submitted: record.submitted_at,
-                    state,
-                    error,
-                    dir: allocation.dir().display().to_string(),
-                }
-            })
-            .collect();
         let json = ListJson {
             allocations: listed,
         };
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if allocations.is_empty() {
+    if listed.is_empty() {
         println!("no allocations in {}", root.display());
         return Ok(ExitCode::SUCCESS);
     }
@@ -304,19 +304,18 @@ fn list(root: &std::path::Path, runner: &SystemRunner, json: bool) -> anyhow::Re
         "{:<34} {:<6} {:<14} {:>5} {:>9}  state",
         "id", "kind", "job", "nodes", "walltime"
     );
-    for allocation in &mut allocations {
-        let state = match glidein::refresh(allocation, runner) {
-            Ok(state) => state.to_string(),
-            Err(error) => format!("{} (could not ask: {error})", allocation.record.state),
+    for allocation in &listed {
+        let state = match &allocation.error {
+            None => allocation.state.clone(),
+            Some(error) => format!("{} (could not ask: {error})", allocation.state),
         };
-        let record = &allocation.record;
         println!(
             "{:<34} {:<6} {:<14} {:>5} {:>8}s  {state}",
-            record.id,
-            record.backend.to_string(),
-            record.job_id.as_deref().unwrap_or("-"),
-            record.nodes,
-            record.walltime_secs
+            allocation.id,
+            allocation.backend,
+            allocation.job_id.as_deref().unwrap_or("-"),
+            allocation.nodes,
+            allocation.walltime_s
         );
     }
     Ok(ExitCode::SUCCESS)
