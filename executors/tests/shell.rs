@@ -1,23 +1,17 @@
 //! Shell activities run real child processes on a real embedded pool.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{alive, pid_in, scratch};
 use constellation::collect::MultiEventCollector;
 use constellation::{ExecutorContext, Pool, Resources};
 use executors::shell::{
     output_folder_name, Capture, MpiLauncher, MpiProgram, Output, RetryOn, RetryPolicy,
     ShellActivity, ShellOutcome, ShellResult, ShellSpec,
 };
-
-/// A fresh directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("constellation-shell-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `specs` on `pool` and returns their results in submission order.
 fn run_on(pool: &Pool, specs: Vec<ShellSpec>) -> Vec<ShellResult> {
@@ -133,35 +127,7 @@ fn failures_are_reported_as_results_with_clear_messages() {
     assert_eq!(results[4].outcome, ShellOutcome::Signalled { signal: 15 });
 }
 
-/// Whether process `pid` still runs (a zombie waiting for its parent does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            !state.starts_with('Z') && !state.starts_with('X')
-        }
-        Err(_) => false,
-    }
-}
-
-fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn wait_dead(pid: u32) -> bool {
+fn wait_dead(pid: i32) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(pid) {
         if Instant::now() > deadline {
@@ -175,7 +141,7 @@ fn wait_dead(pid: u32) -> bool {
 /// The command in `dir` wrote the pid of a background child to
 /// `background.pid`; that child must be gone.
 fn assert_background_child_died(dir: &Path) {
-    let background = read_pid(&dir.join("background.pid"));
+    let background = pid_in(&dir.join("background.pid"));
     assert!(
         wait_dead(background),
         "background child {background} survived"
