@@ -137,7 +137,9 @@ fn listing(dir: &Path) -> RunListing {
     }
     // Asked before the journal is read: a runner that ends in between is
     // then seen as running with its final status, not as gone.
-    let writer = match Journal::writer(&journal_path) {
+    let read = Journal::writer(&journal_path)
+        .and_then(|writer| read_journal(&journal_path, &mut listing).map(|()| writer));
+    let writer = match read {
         Ok(writer) => writer,
         Err(error) => {
             listing.status = "unreadable".to_string();
@@ -145,11 +147,6 @@ fn listing(dir: &Path) -> RunListing {
             return listing;
         }
     };
-    if let Err(error) = read_journal(&journal_path, &mut listing) {
-        listing.status = "unreadable".to_string();
-        listing.error = Some(error.to_string());
-        return listing;
-    }
     listing.status = status(writer.as_ref(), listing.status.as_str()).to_string();
     if listing.status == "stopped" {
         // It ended when its runner died, and nothing says when.
