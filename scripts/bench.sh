@@ -284,11 +284,27 @@ stop_bench_pool() {
   rm -rf "$pool_dir"
 }
 
+# Submits GRAPH (a file in the pool's directory) to the bench pool and
+# waits for its job at most TIMEOUT; sets job_id (no subshell: the callers
+# time it). On failure, says so for bench NAME with the logs' tails and
+# fails; the caller stops the pool.
+submit_and_wait() {
+  local name=$1 graph=$2 timeout=$3 exe=$PWD/target/release/constellation
+  job_id=$(cd "$pool_dir" && "$exe" submit "$graph" --pool pool.json --json 2>>submit.log |
+    sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  if [ -z "$job_id" ] || ! (cd "$pool_dir" && "$exe" wait "$job_id" --pool pool.json \
+    --timeout "$timeout" >/dev/null 2>>wait.log); then
+    echo "$name: job ${job_id:-(not submitted)} did not succeed:" >&2
+    tail -n 20 "$pool_dir/submit.log" "$pool_dir/wait.log" "$pool_dir/pool.log" >&2
+    return 1
+  fi
+}
+
 # BENCH_RUNS (at least 5) submits of a one-activity graph to an idle pool:
 # the median milliseconds from the start of `submit` to the start of the
 # activity, as its job's journal records it.
 submit_latency_bench() {
-  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  local runs=${BENCH_RUNS:-5}
   [ "$runs" -ge 5 ] || runs=5
   start_bench_pool || return 1
   printf '%s\n' '[[activity]]' 'id = "one"' 'command = "true"' >"$pool_dir/one.toml"
@@ -296,15 +312,8 @@ submit_latency_bench() {
   for run in $(seq "$runs"); do
     local started id first
     started=$(now)
-    id=$(cd "$pool_dir" && "$exe" submit one.toml --pool pool.json --json 2>>submit.log |
-      sed -n 's/.*"id":\([0-9]*\).*/\1/p')
-    if [ -z "$id" ] || ! (cd "$pool_dir" && "$exe" wait "$id" --pool pool.json --timeout 120s \
-      >/dev/null 2>>wait.log); then
-      echo "submit_latency: job ${id:-(not submitted)} did not succeed:" >&2
-      tail -n 20 "$pool_dir/submit.log" "$pool_dir/wait.log" "$pool_dir/pool.log" >&2
-      stop_bench_pool
-      return 1
-    fi
+    submit_and_wait submit_latency one.toml 120s || { stop_bench_pool; return 1; }
+    id=$job_id
     first=$(sqlite3 "$pool_dir/pool.state/jobs/$id/journal.db" 'SELECT min(started) FROM attempts' |
       awk -v a="$started" '{printf "%.1f", ($1 - a) * 1000}')
     echo "submit_latency run $run: job $id, first activity $first ms after the submit started" >&2
@@ -319,7 +328,7 @@ submit_latency_bench() {
 # with one local agent of 2 executors: seconds from the start of `submit`
 # to the end of `wait`, median of BENCH_RUNS, with activities/s.
 pool_chains_bench() {
-  local exe=$PWD/target/release/constellation runs=${BENCH_RUNS:-5}
+  local runs=${BENCH_RUNS:-5}
   local chains=100 length=100
   start_bench_pool || return 1
   awk -v chains=$chains -v len=$length 'BEGIN {
@@ -332,15 +341,8 @@ pool_chains_bench() {
   for run in $(seq "$runs"); do
     local started ended id wall rate
     started=$(now)
-    id=$(cd "$pool_dir" && "$exe" submit chains.toml --pool pool.json --json 2>>submit.log |
-      sed -n 's/.*"id":\([0-9]*\).*/\1/p')
-    if [ -z "$id" ] || ! (cd "$pool_dir" && "$exe" wait "$id" --pool pool.json --timeout 600s \
-      >/dev/null 2>>wait.log); then
-      echo "pool_chains: job ${id:-(not submitted)} did not succeed:" >&2
-      tail -n 20 "$pool_dir/submit.log" "$pool_dir/wait.log" "$pool_dir/pool.log" >&2
-      stop_bench_pool
-      return 1
-    fi
+    submit_and_wait pool_chains chains.toml 600s || { stop_bench_pool; return 1; }
+    id=$job_id
     ended=$(now)
     wall=$(awk -v a="$started" -v b="$ended" 'BEGIN {printf "%.3f", b - a}')
     rate=$(awk -v n="$activities" -v w="$wall" 'BEGIN {printf "%.1f", n / w}')
