@@ -89,3 +89,20 @@ pub trait Host {
     /// routes.
     fn deliver(&mut self, event: Self::Event) -> Delivery<Self::Event>;
 }
+
+/// Each context in `contexts` with how many times it occurs there, in the
+/// order of first occurrence: what [`Host::idle_contexts`] answers, given
+/// the contexts of the idle executors.
+pub(crate) fn count_contexts<C: std::borrow::Borrow<ExecutorContext>>(
+    contexts: impl IntoIterator<Item = C>,
+) -> Vec<(ExecutorContext, usize)> {
+    let mut counted: Vec<(ExecutorContext, usize)> = Vec::new();
+    for context in contexts {
+        let context = context.borrow();
+        match counted.iter_mut().find(|(c, _)| c == context) {
+            Some((_, count)) => *count += 1,
+            None => counted.push((context.clone(), 1)),
+        }
+    }
+    counted
+}

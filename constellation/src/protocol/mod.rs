@@ -22,6 +22,7 @@ pub mod steal;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use host::count_contexts;
 pub use host::{Delivery, Export, Host, Routed};
 pub use message::{Envelope, MemberId, MemberInfo, Message, Notice, Travelling};
 pub use node::{Node, NodeEvent, Settings, Stats, Transmit};

@@ -60,16 +60,8 @@ impl Host for PoolHost {
     }
 
     fn idle_contexts(&self) -> Vec<(ExecutorContext, usize)> {
-        let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
-        for executor in self.pool.idle_executors() {
-            if let Some(context) = self.pool.executor_context(executor) {
-                match contexts.iter_mut().find(|(c, _)| *c == context) {
-                    Some((_, count)) => *count += 1,
-                    None => contexts.push((context, 1)),
-                }
-            }
-        }
-        contexts
+        let idle = self.pool.idle_executors().into_iter();
+        crate::protocol::count_contexts(idle.filter_map(|e| self.pool.executor_context(e)))
     }
 
     fn queued(&self) -> usize {

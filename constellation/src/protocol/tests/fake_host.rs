@@ -286,15 +286,8 @@ impl Host for FakeHost {
     }
 
     fn idle_contexts(&self) -> Vec<(ExecutorContext, usize)> {
-        let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
-        let idle = self.idle_executors();
-        for (executor, _) in (self.executors.iter().zip(idle)).filter(|(_, idle)| *idle) {
-            match contexts.iter_mut().find(|(c, _)| *c == executor.context) {
-                Some((_, count)) => *count += 1,
-                None => contexts.push((executor.context.clone(), 1)),
-            }
-        }
-        contexts
+        let idle = self.executors.iter().zip(self.idle_executors());
+        crate::protocol::count_contexts(idle.filter(|(_, idle)| *idle).map(|(e, _)| &e.context))
     }
 
     fn queued(&self) -> usize {

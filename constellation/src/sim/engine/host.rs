@@ -492,15 +492,8 @@ impl Host for SimHost {
     }
 
     fn idle_contexts(&self) -> Vec<(ExecutorContext, usize)> {
-        let mut contexts: Vec<(ExecutorContext, usize)> = Vec::new();
-        for (executor, _) in self.idle.iter().enumerate().filter(|(_, &idle)| idle) {
-            let context = &self.contexts[executor];
-            match contexts.iter_mut().find(|(c, _)| c == context) {
-                Some((_, count)) => *count += 1,
-                None => contexts.push((context.clone(), 1)),
-            }
-        }
-        contexts
+        let idle = self.idle.iter().zip(&self.contexts);
+        crate::protocol::count_contexts(idle.filter(|(&idle, _)| idle).map(|(_, context)| context))
     }
 
     fn queued(&self) -> usize {
