@@ -174,7 +174,7 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Pool::builder().executors_with(count, context.clone()),
     )?;
     signals::catch_stop_signals().context("cannot catch SIGINT and SIGTERM")?;
-    if !join(&node, args.join_timeout) {
+    if !super::wait_for_pool_node(&node, args.join_timeout) {
         if signals::stop_requested() {
             eprintln!("agent stopped before it joined the pool");
             node.leave();
@@ -217,21 +217,6 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Waits until the pool node is a member, at most `timeout`; `false` if
-/// it is not by then, or if a signal asked to stop first.
-fn join(node: &Node, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if node.master_known() {
-            return true;
-        }
-        if signals::stop_requested() || Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(TICK);
-    }
 }
 
 /// Watches the pool node after joining: a pool node that stopped is left

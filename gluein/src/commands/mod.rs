@@ -15,6 +15,8 @@ pub mod status;
 pub mod submit;
 pub mod wait;
 
+use std::time::{Duration, Instant};
+
 use anyhow::Context as _;
 use constellation::Context;
 
@@ -57,7 +59,7 @@ pub struct ServiceAddress {
     pub address: PoolAddress,
     /// How long to wait for the pool, and for its answer.
     #[arg(long, default_value = "10s", value_parser = timefmt::parse_duration, value_name = "DURATION")]
-    pub timeout: std::time::Duration,
+    pub timeout: Duration,
 }
 
 impl ServiceAddress {
@@ -79,7 +81,7 @@ const OBSERVER_LABEL: &str = "constellation:observer";
 fn observe(
     address: &PoolAddress,
     role: &str,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> anyhow::Result<constellation::net::Node> {
     let node = join_as_observer(address, role, timeout)?;
     settle_members(&node);
@@ -92,7 +94,6 @@ fn observe(
 /// moment (at most 3 s). A node that looks at the agents (`status`,
 /// `submit`, a runner checking what they offer) must not look earlier.
 fn settle_members(node: &constellation::net::Node) {
-    use std::time::{Duration, Instant};
     let settle = Duration::from_millis(300);
     let give_up = Instant::now() + Duration::from_secs(3);
     let mut known = node.members().len();
@@ -115,10 +116,10 @@ fn settle_members(node: &constellation::net::Node) {
 fn join_as_observer(
     address: &PoolAddress,
     role: &str,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> anyhow::Result<constellation::net::Node> {
     use constellation::net::{Node, NodeConfig};
-    use std::time::{Duration, Instant};
+
     let pool = &address.pool;
     let joining = gluein::poolfile::joining(pool, address.key_file.as_deref())?;
     let config = NodeConfig {
@@ -133,21 +134,32 @@ fn join_as_observer(
     let node = Node::start(config, constellation::Pool::builder().executor(observer))?;
     // The pool node itself, not just anyone: a stale pool file can lead
     // to some other node, and that is no pool to ask about.
-    let deadline = Instant::now() + timeout;
-    while !node.master_known() {
-        if Instant::now() >= deadline {
-            anyhow::bail!(
-                "could not reach the pool {pool} within {} s: {}",
-                timeout.as_secs(),
-                why_not_joined(&node)
-            );
-        }
+    if !wait_for_pool_node(&node, timeout) {
         if gluein::signals::stop_requested() {
             anyhow::bail!("stopped (SIGINT or SIGTERM) before the pool {pool} was reached");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        anyhow::bail!(
+            "could not reach the pool {pool} within {} s: {}",
+            timeout.as_secs(),
+            why_not_joined(&node)
+        );
     }
     Ok(node)
+}
+
+/// Waits until the pool node itself is a member of `node`'s pool, at most
+/// `timeout`: what "joined" means for an agent, a runner and an observer.
+/// `false` if it is not by then, or if a caught SIGINT or SIGTERM asked to
+/// stop first (the caller tells which by [`gluein::signals::stop_requested`]).
+pub(crate) fn wait_for_pool_node(node: &constellation::net::Node, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !node.master_known() {
+        if gluein::signals::stop_requested() || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// Asks the job service of the pool at `address` once: joins as an
@@ -157,7 +169,7 @@ fn join_as_observer(
 pub(crate) fn ask_pool(
     address: &PoolAddress,
     request: &gluein::service::ServiceRequest,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> anyhow::Result<gluein::service::ServiceResponse> {
     let role = match request {
         gluein::service::ServiceRequest::Submit(_) => "submit",
@@ -199,7 +211,7 @@ impl std::error::Error for ServiceError {}
 pub(crate) fn ask_master(
     node: &constellation::net::Node,
     request: &gluein::service::ServiceRequest,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> Result<gluein::service::ServiceResponse, ServiceError> {
     use constellation::net::NodeError;
     use gluein::service::{decode, encode};

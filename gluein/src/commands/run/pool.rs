@@ -81,15 +81,12 @@ pub(super) fn join_pool(
     };
     let node = Node::start(config, with_coordinator(executors))?;
     let deadline = Instant::now() + args.wait_timeout;
-    while !node.master_known() {
-        if Instant::now() >= deadline {
-            bail!(
-                "could not join the pool {pool} within {} s (--wait-timeout): {}",
-                args.wait_timeout.as_secs_f64(),
-                super::super::why_not_joined(&node)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if !super::super::wait_for_pool_node(&node, args.wait_timeout) {
+        bail!(
+            "could not join the pool {pool} within {} s (--wait-timeout): {}",
+            args.wait_timeout.as_secs_f64(),
+            super::super::why_not_joined(&node)
+        );
     }
     loop {
         let agents = agents_of(&node).count();
