@@ -29,6 +29,9 @@ pub(super) struct Member<P> {
     /// When this node last introduced it to SWIM, after a message from it
     /// that SWIM did not know of.
     pub(super) announced: Option<Instant>,
+    /// Up for a whole probe period without its hello: the hello this node
+    /// asked for, or the answer, was lost, and is asked for again.
+    pub(super) hello_overdue: bool,
 }
 
 impl<P> Member<P> {
@@ -106,6 +109,7 @@ impl<P: Clone + Eq> Roster<P> {
             up: false,
             leaving: None,
             announced: None,
+            hello_overdue: false,
         })
     }
 
@@ -121,6 +125,11 @@ impl<P: Clone + Eq> Roster<P> {
     /// Every member known, usable or not.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Member<P>> + '_ {
         self.members.values()
+    }
+
+    /// Every member known, to change.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Member<P>> + '_ {
+        self.members.values_mut()
     }
 
     /// The usable members with their offers.

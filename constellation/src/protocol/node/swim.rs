@@ -59,7 +59,7 @@ where
         }
         while let Some(notification) = self.effects.to_notify() {
             match notification {
-                OwnedNotification::MemberUp(id) => self.member_up(id),
+                OwnedNotification::MemberUp(id) => self.member_up(id, now),
                 OwnedNotification::MemberDown(id) => self.member_down(&id, now),
                 OwnedNotification::Rename(old, new) => self.renamed(&old, new),
                 OwnedNotification::Rejoin(id) => {
@@ -121,7 +121,10 @@ where
     }
 
     /// The peers this node was told to contact hear from it again while it
-    /// knows no live member; the check repeats every probe period.
+    /// knows no live member, and members SWIM has up whose hello has not
+    /// come for a whole probe period are asked again: a hello is sent once,
+    /// and one lost on a failing connection would otherwise leave the pair
+    /// unknown to each other for good. The check repeats every probe period.
     pub(super) fn recontact(&mut self, now: Instant) {
         if self.leaving {
             self.recontact_set = false;
@@ -131,6 +134,19 @@ where
             for peer in self.contacts.clone() {
                 self.say_hello(peer);
             }
+        }
+        let mut overdue = Vec::new();
+        for member in self.roster.iter_mut() {
+            if !member.up || member.info.is_some() || member.leaving.is_some() {
+                continue;
+            }
+            if member.hello_overdue {
+                overdue.push(member.id.peer.clone());
+            }
+            member.hello_overdue = true;
+        }
+        for peer in overdue {
+            self.say_hello(peer);
         }
         let at = now + self.settings.probe_period;
         self.timers.set(at, Due::Recontact);
@@ -162,7 +178,7 @@ where
     }
 
     /// SWIM has a member up: it is usable once its hello is heard.
-    fn member_up(&mut self, id: MemberId<P>) {
+    fn member_up(&mut self, id: MemberId<P>, now: Instant) {
         let member = self.roster.entry(&id);
         if id.bump < member.id.bump {
             return;
@@ -176,6 +192,13 @@ where
         }
         if ask && !self.leaving {
             self.say_hello(peer);
+            // A node that contacted nobody (the first of a pool) has no
+            // recontact timer yet; the check for lost hellos needs one.
+            if !self.recontact_set {
+                self.recontact_set = true;
+                let at = now + self.settings.probe_period;
+                self.timers.set(at, Due::Recontact);
+            }
         }
     }
 

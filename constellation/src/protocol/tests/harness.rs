@@ -190,6 +190,8 @@ pub(super) struct Cluster {
     kind_links: BTreeMap<(u32, u32, &'static str), Duration>,
     /// Directed links that lose everything.
     cut: HashSet<(u32, u32)>,
+    /// Directed links that lose messages of one kind (see [`kind`]).
+    lossy: HashSet<(u32, u32, &'static str)>,
     pub(super) log: NetLog,
     /// Contract breaches the harness saw; a run stops at the first.
     violations: Vec<String>,
@@ -253,6 +255,7 @@ impl Cluster {
             links: BTreeMap::new(),
             kind_links: BTreeMap::new(),
             cut: HashSet::new(),
+            lossy: HashSet::new(),
             log: NetLog::default(),
             violations: Vec::new(),
             steps_now: 0,
@@ -397,9 +400,17 @@ impl Cluster {
         }
     }
 
-    /// Mends every cut link.
+    /// Mends every cut link, and every link that lost one kind of message.
     pub(super) fn heal(&mut self) {
         self.cut.clear();
+        self.lossy.clear();
+    }
+
+    /// Messages of one kind (see [`kind`]) between `a` and `b`, both ways,
+    /// are lost until [`heal`](Self::heal); the others go through.
+    pub(super) fn lose_kind(&mut self, a: u32, b: u32, kind: &'static str) {
+        self.lossy.insert((a, b, kind));
+        self.lossy.insert((b, a, kind));
     }
 
     /// Sets the latency of messages of one kind (see [`kind`]) on the link
@@ -796,7 +807,9 @@ impl Cluster {
             if let Message::Steal { request, .. } = &envelope.message {
                 self.log.steals.push((now, index, to, *request));
             }
-            if self.cut.contains(&(index, to)) {
+            if self.cut.contains(&(index, to))
+                || (self.lossy).contains(&(index, to, kind(&envelope.message)))
+            {
                 self.log.dropped += 1;
                 continue;
             }

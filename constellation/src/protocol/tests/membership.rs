@@ -216,3 +216,28 @@ fn two_hundred_nodes_learn_each_other() -> Result<(), String> {
 fn a_thousand_nodes_learn_each_other() -> Result<(), String> {
     learn_each_other(1000)
 }
+
+#[test]
+fn a_lost_hello_is_asked_for_again() -> Result<(), String> {
+    let mut c = Cluster::with(3, |_| 1, |_, _| {});
+    // Nodes 1 and 2 hear of each other through SWIM, but their hellos
+    // (what each offers) are lost, as on a connection that failed.
+    c.lose_kind(1, 2, "hello");
+    c.contact(1, 0);
+    c.contact(2, 0);
+    c.run_until(secs(10), "nodes 1 and 2 list the pool node", |c| {
+        c.members_of(1) == [0] && c.members_of(2) == [0]
+    })?;
+    c.run_for(PROBE_PERIOD * 3)?;
+    assert_eq!(
+        c.members_of(1),
+        [0],
+        "node 1 lists node 2 without its hello"
+    );
+    c.heal();
+    let took = c.run_until(PROBE_PERIOD * 3, "nodes 1 and 2 list each other", |c| {
+        c.converged()
+    })?;
+    println!("the hellos were asked for again; nodes 1 and 2 met {took:?} after the link healed");
+    Ok(())
+}
