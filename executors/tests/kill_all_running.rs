@@ -33,6 +33,12 @@ fn every_running_command_is_killed_reported_once_and_nothing_starts_after() {
         .unwrap();
     let polite_pid = pid_in(&dir.join("polite"));
     let stubborn_pid = pid_in(&dir.join("stubborn"));
+    // A command writes its pid as soon as it runs, which on a loaded
+    // machine can be before its starter has registered it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shell::running_count() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(shell::running_count(), 2);
     let deadline = Instant::now() + Duration::from_secs(30);
     while shell::waiting_to_retry() == 0 {
