@@ -28,9 +28,9 @@
 //! where its port is still free, the same address: the pool file it writes
 //! is the same, and the members that knew it recognise it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
@@ -62,24 +62,36 @@ impl PoolFile {
         write_private(path, text.as_bytes())
     }
 
-    /// Reads a pool file.
+    /// Reads a pool file, if this user may trust it (see the `trust`
+    /// crate): a pool file another user planted would send this node to
+    /// that user's pool, to run that user's work.
     pub fn load(path: &Path) -> anyhow::Result<PoolFile> {
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            let hint = match error.kind() {
-                io::ErrorKind::PermissionDenied => {
-                    "the pool file (mode 0600) and the pool key are readable only by the user \
-                     who started the pool, and whoever joins the pool must be able to read both"
-                }
-                _ => "start a pool with `constellation pool start`",
-            };
-            anyhow::anyhow!(
-                "cannot read the pool file {}: {error}; {hint}",
-                path.display()
-            )
+        let file = trust::open_trusted(path, trust::Access::Read).map_err(|error| match error {
+            trust::TrustError::Refused(refusal) => anyhow::Error::new(refusal),
+            trust::TrustError::Io { source, .. } => unreadable_pool_file(path, source),
         })?;
+        let mut text = String::new();
+        (&file)
+            .read_to_string(&mut text)
+            .map_err(|source| unreadable_pool_file(path, source))?;
         serde_json::from_str(&text)
             .with_context(|| format!("{} is not a pool file", path.display()))
     }
+}
+
+/// Why the pool file at `path` could not be read, and what to do.
+fn unreadable_pool_file(path: &Path, error: io::Error) -> anyhow::Error {
+    let hint = match error.kind() {
+        io::ErrorKind::PermissionDenied => {
+            "the pool file (mode 0600) and the pool key are readable only by the user \
+             who started the pool, and whoever joins the pool must be able to read both"
+        }
+        _ => "start a pool with `constellation pool start`",
+    };
+    anyhow::anyhow!(
+        "cannot read the pool file {}: {error}; {hint}",
+        path.display()
+    )
 }
 
 /// Writes `bytes` to `path` through `<path>.partial`, created mode 0600
@@ -95,11 +107,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
+    let mut file = trust::create_new(&partial, false)
         .with_context(|| format!("creating {}", partial.display()))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
@@ -223,18 +231,15 @@ enum LockRefused {
 impl HeldLock {
     /// Takes the lock on `path` (created mode 0600 if missing) without
     /// waiting, and writes this process's id into it for whoever is
-    /// refused.
+    /// refused. A lock file this user may not trust (a link, another
+    /// user's, one found in a directory others may change) is refused: the
+    /// pid would go where another user wants it.
     fn take(path: &Path) -> Result<HeldLock, LockRefused> {
         // The file is never removed: a process that opened it just before
         // a removal would lock the removed file while a newcomer locks a
         // new one, and both would think they own it.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
+        let mut file = trust::open_trusted(path, trust::Access::Lock)
+            .map_err(trusted_error)
             .with_context(|| format!("cannot open the lock file {}", path.display()))
             .map_err(LockRefused::Failed)?;
         match file.try_lock() {
@@ -259,6 +264,14 @@ impl HeldLock {
             .with_context(|| format!("cannot write {}", path.display()))
             .map_err(LockRefused::Failed)?;
         Ok(HeldLock { _file: file })
+    }
+}
+
+/// A trust error as an error of this crate: a refusal says all itself.
+pub fn trusted_error(error: trust::TrustError) -> anyhow::Error {
+    match error {
+        trust::TrustError::Refused(refusal) => anyhow::Error::new(refusal),
+        io => anyhow::Error::new(io),
     }
 }
 
@@ -347,13 +360,15 @@ impl StateDir {
     }
 
     /// Opens (creating, mode 0700) the state directory at `path` and locks
-    /// it, refusing when another pool node uses it.
+    /// it, refusing when another pool node uses it, and refusing one this
+    /// user may not trust (another user's, a link, one others may write,
+    /// one found in a directory others may change): its job journal
+    /// decides what the pool runs as this user.
     pub fn open(path: &Path) -> anyhow::Result<StateDir> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
-            .with_context(|| format!("cannot create the state directory {}", path.display()))?;
+        trust::create_dir(path, 0o700)
+            .map_err(trusted_error)
+            .with_context(|| format!("cannot use the state directory {}", path.display()))?;
+
         let lock = match HeldLock::take(&path.join(LOCK_FILE)) {
             Ok(lock) => lock,
             Err(LockRefused::Failed(error)) => return Err(error),
@@ -379,9 +394,9 @@ impl StateDir {
     /// 0600). The flag says whether it is new.
     pub fn identity(&self) -> anyhow::Result<(Keypair, bool)> {
         let path = self.path.join(IDENTITY_FILE);
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+        let mut file = match trust::open(&path, trust::Access::Read) {
+            Ok(opened) => opened.file,
+            Err(error) if error.io_kind() == Some(io::ErrorKind::NotFound) => {
                 let keypair = Keypair::generate_ed25519();
                 let bytes = keypair
                     .to_protobuf_encoding()
@@ -390,7 +405,7 @@ impl StateDir {
                 return Ok((keypair, true));
             }
             Err(error) => {
-                return Err(error)
+                return Err(trusted_error(error))
                     .with_context(|| format!("cannot read the node identity {}", path.display()))
             }
         };

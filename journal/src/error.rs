@@ -98,4 +98,14 @@ pub enum JournalError {
         /// The operating system's complaint.
         source: std::io::Error,
     },
+    /// The lock file is not one to write this process's id into: a link
+    /// (another user's pointing it at a file of yours), another user's
+    /// file, one others may write, or not a file at all.
+    #[error("cannot lock journal {path} for writing: {refusal}")]
+    UntrustedLock {
+        /// The database file.
+        path: PathBuf,
+        /// Why its lock file was refused.
+        refusal: trust::Refusal,
+    },
 }

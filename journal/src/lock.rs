@@ -13,7 +13,7 @@
 //! The file also says who holds it (pid, host, start), for the message a
 //! refused runner prints and for `constellation runs`.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -142,14 +142,20 @@ impl WriterLock {
             source,
         };
         // Not truncated on open: until the lock is ours, the text is the
-        // holder's, and a refusal reads it.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(failed)?;
+        // holder's, and a refusal reads it. Never through a link, nor
+        // another user's file: this process's id is written into it. (The
+        // rule on its directory is not applied: a run journal lives where
+        // its user chose, often a directory shared with a group.)
+        let mut file = match trust::open(&path, trust::Access::Lock) {
+            Ok(opened) => opened.file,
+            Err(trust::TrustError::Refused(refusal)) => {
+                return Err(JournalError::UntrustedLock {
+                    path: journal.to_path_buf(),
+                    refusal,
+                })
+            }
+            Err(trust::TrustError::Io { source, .. }) => return Err(failed(source)),
+        };
         let give_up = Instant::now() + PATIENCE;
         loop {
             match file.try_lock() {

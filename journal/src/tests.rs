@@ -687,12 +687,37 @@ fn a_lock_file_that_cannot_be_made_is_a_clear_error() {
     std::fs::remove_file(lock_path(&path)).unwrap();
     std::fs::create_dir(lock_path(&path)).unwrap();
     let error = Journal::open(&path).err().expect("refused");
-    assert!(matches!(error, JournalError::Lock { .. }), "{error:?}");
+    assert!(
+        matches!(error, JournalError::UntrustedLock { .. }),
+        "{error:?}"
+    );
     let message = error.to_string();
     assert!(
-        message.contains("cannot lock journal") && message.contains("run.db.lock"),
+        message.contains("cannot lock journal")
+            && message.contains("run.db.lock")
+            && message.contains("it is a directory"),
         "{message}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_lock_file_that_is_a_link_is_refused_and_its_target_left_alone() {
+    let dir = scratch("lock-link");
+    let path = dir.join("run.db");
+    drop(Journal::create(&path).unwrap());
+    // Another user's link, pointing the runner's pid at a file of ours.
+    let precious = dir.join("precious");
+    std::fs::write(&precious, "keep me").unwrap();
+    std::fs::remove_file(lock_path(&path)).unwrap();
+    std::os::unix::fs::symlink(&precious, lock_path(&path)).unwrap();
+    let error = Journal::open(&path).err().expect("refused");
+    let message = error.to_string();
+    assert!(
+        matches!(error, JournalError::UntrustedLock { .. }) && message.contains("symbolic link"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -92,6 +92,10 @@ pub enum KeyError {
         /// The file.
         path: PathBuf,
     },
+    /// The file is not one this user may trust: another user's, a link,
+    /// a device, or in a directory others may change.
+    #[error("{0}")]
+    Untrusted(trust::Refusal),
     /// The file's content is not a key.
     #[error("key file {path} is not a valid key: {reason}")]
     BadFile {
@@ -231,26 +235,55 @@ pub fn parse(text: &str) -> Result<PoolKey, KeyError> {
 
 /// Reads a key file.
 ///
-/// On unix the file must not be readable or writable by group or others:
-/// a key others can read is no longer secret, and one they can write lets
+/// The file must be one this user may trust (see the `trust` crate): a
+/// regular file, not a link, of this user's (or root's), in a directory
+/// no other user may change unless this process made it. A key another
+/// user planted would make this node run that user's work as its own
+/// user. And it must not be readable or writable by group or others: a
+/// key others can read is no longer secret, and one they can write lets
 /// them move the node to another pool.
 pub fn read_file(path: &Path) -> Result<PoolKey, KeyError> {
+    let file = trust::open_trusted(path, trust::Access::Read).map_err(|error| {
+        let path = path.to_path_buf();
+        match error {
+            // Writable by others but this user's: making it 0600 fixes
+            // both that and its being readable.
+            trust::TrustError::Refused(trust::Refusal {
+                reason: trust::Reason::WritableByOthers { mode },
+                ..
+            }) => KeyError::TooOpen {
+                path,
+                mode: mode & 0o777,
+            },
+            trust::TrustError::Refused(refusal) => KeyError::Untrusted(refusal),
+            trust::TrustError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                KeyError::NotFound { path }
+            }
+            trust::TrustError::Io { source, .. } => KeyError::Unreadable { path, source },
+        }
+    })?;
     let unreadable = |source: io::Error| KeyError::Unreadable {
         path: path.to_path_buf(),
         source,
     };
-    let file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(KeyError::NotFound {
-                path: path.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(unreadable(e)),
-    };
     // The open file's metadata, not the path's, so what is checked is what
     // is read even if the path is swapped in between.
     let meta = file.metadata().map_err(unreadable)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_LEN + 1)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    if text.len() as u64 > MAX_FILE_LEN {
+        return Err(KeyError::FileTooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    // The content first: a file that is no key at all (`/etc/shadow`
+    // named by mistake) is better told so than told to change its mode.
+    let key = parse_text(&text).map_err(|reason| KeyError::BadFile {
+        path: path.to_path_buf(),
+        reason,
+    })?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -262,38 +295,18 @@ pub fn read_file(path: &Path) -> Result<PoolKey, KeyError> {
             });
         }
     }
-    if meta.is_dir() {
-        return Err(unreadable(io::Error::other("it is a directory")));
-    }
-    let mut text = String::new();
-    file.take(MAX_FILE_LEN + 1)
-        .read_to_string(&mut text)
-        .map_err(unreadable)?;
-    if text.len() as u64 > MAX_FILE_LEN {
-        return Err(KeyError::FileTooLarge {
-            path: path.to_path_buf(),
-        });
-    }
-    parse_text(&text).map_err(|reason| KeyError::BadFile {
-        path: path.to_path_buf(),
-        reason,
-    })
+    Ok(key)
 }
 
 /// Generates a key and writes it to a new file that only its owner may
-/// read and write (mode 0600). Never replaces an existing file.
+/// read and write (mode 0600). Never replaces an existing file, nor
+/// follows a link.
 pub fn write_new_file(path: &Path) -> Result<PoolKey, KeyError> {
     let key = PoolKey::generate();
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Set at creation, so the key is never readable by others, not
-        // even between creating and restricting the file.
-        options.mode(0o600);
-    }
-    let mut file = match options.open(path) {
+    // Mode 0600 at creation, so the key is never readable by others, not
+    // even between creating and restricting the file; never through a
+    // link another user planted.
+    let mut file = match trust::create_new(path, false) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             return Err(KeyError::AlreadyExists {
@@ -581,10 +594,43 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o700)).unwrap();
         }
-        assert!(matches!(
-            read_file(&dir.0),
-            Err(KeyError::Unreadable { .. })
-        ));
+        assert!(matches!(read_file(&dir.0), Err(KeyError::Untrusted(_))));
+    }
+
+    /// A device or another system file named as the key is refused for
+    /// what it is, not with advice to change its mode.
+    #[cfg(unix)]
+    #[test]
+    fn a_device_or_a_system_file_is_not_told_to_chmod() {
+        let zero = read_file(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(
+            zero.contains("refusing /dev/zero: it is a character device, not a regular file")
+                && !zero.contains("chmod"),
+            "{zero}"
+        );
+        // Root may read /etc/shadow; others are told they cannot.
+        if let Err(error) = read_file(Path::new("/etc/shadow")) {
+            let text = error.to_string();
+            assert!(!text.contains("chmod 600"), "{text}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_key_is_refused() {
+        let dir = TempDir::new();
+        let real = dir.file("real.key");
+        let key = write_new_file(&real).unwrap();
+        assert_eq!(read_file(&real).unwrap(), key);
+        let link = dir.file("link.key");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let error = read_file(&link).unwrap_err();
+        assert!(matches!(error, KeyError::Untrusted(_)), "{error:?}");
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        // Nor is a new key written through a link.
+        std::fs::remove_file(&real).unwrap();
+        assert!(write_new_file(&link).is_err());
+        assert!(!real.exists(), "a key was written through a link");
     }
 
     /// Through `from_env_value`: setting the real variable would race other

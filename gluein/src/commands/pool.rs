@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use constellation::net::{key, AppHandler, AppRequest, Multiaddr, Node, NodeConfig};
+use constellation::net::key::{self, KeyError};
+use constellation::net::{AppHandler, AppRequest, Multiaddr, Node, NodeConfig, PoolKey};
 use constellation::{ExecutorContext, Pool};
 use gluein::jobs::supervisor::DEFAULT_MAX_JOBS;
 use gluein::jobs::{JobService, ServiceConfig};
@@ -135,30 +136,7 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not a multiaddr", args.listen))?;
-    // The claim comes first: a start refused because a live pool owns the
-    // pool file must change nothing, neither its files nor its key.
-    let claim = PoolFileLock::acquire(&args.pool_file)?;
-    if let Some(stale) = claim.stale() {
-        let whose = match stale.pid {
-            Some(pid) => format!(" (its pool, pid {pid}, is gone)"),
-            None => " (its pool is gone)".to_string(),
-        };
-        eprintln!(
-            "replacing the stale pool file {}{whose}",
-            args.pool_file.display()
-        );
-    }
-    let state_path =
-        (args.state_dir.clone()).unwrap_or_else(|| StateDir::default_for(&args.pool_file));
-    let state = StateDir::open(&state_path)?;
-    let key_file = (args.key_file.clone()).unwrap_or_else(|| args.pool_file.with_extension("key"));
-    let key = if key_file.exists() {
-        key::read_file(&key_file)?
-    } else {
-        let created = key::write_new_file(&key_file)?;
-        eprintln!("created the pool key {} (mode 0600)", key_file.display());
-        created
-    };
+    let (claim, state, key_file, key) = claim_files(&args).map_err(with_pool_file_advice)?;
     let (identity, new) = state.identity()?;
     eprintln!(
         "pool node {} ({} identity, kept in {})",
@@ -245,6 +223,58 @@ fn serve(args: StartArgs) -> anyhow::Result<ExitCode> {
     node.leave();
     drop(claim);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pool's files: the claim on its pool file, its state directory, and
+/// its key (created if missing). Each is refused when this user may not
+/// trust it (see the `trust` crate): a key or state directory another user
+/// planted would run that user's work as this one.
+fn claim_files(args: &StartArgs) -> anyhow::Result<(PoolFileLock, StateDir, PathBuf, PoolKey)> {
+    // The claim comes first: a start refused because a live pool owns the
+    // pool file must change nothing, neither its files nor its key.
+    let claim = PoolFileLock::acquire(&args.pool_file)?;
+    if let Some(stale) = claim.stale() {
+        let whose = match stale.pid {
+            Some(pid) => format!(" (its pool, pid {pid}, is gone)"),
+            None => " (its pool is gone)".to_string(),
+        };
+        eprintln!(
+            "replacing the stale pool file {}{whose}",
+            args.pool_file.display()
+        );
+    }
+    let state_path =
+        (args.state_dir.clone()).unwrap_or_else(|| StateDir::default_for(&args.pool_file));
+    let state = StateDir::open(&state_path)?;
+    let key_file = (args.key_file.clone()).unwrap_or_else(|| args.pool_file.with_extension("key"));
+    // Created when missing, never through a link; one already there is
+    // read only if it may be trusted.
+    let key = match key::write_new_file(&key_file) {
+        Ok(created) => {
+            eprintln!("created the pool key {} (mode 0600)", key_file.display());
+            created
+        }
+        Err(KeyError::AlreadyExists { .. }) => key::read_file(&key_file)?,
+        Err(error) => return Err(error.into()),
+    };
+    Ok((claim, state, key_file, key))
+}
+
+/// A refused file of the pool, with the way out that `pool start` has: a
+/// pool file in a directory only this user may write, beside which its
+/// key, lock and state directory go.
+fn with_pool_file_advice(error: anyhow::Error) -> anyhow::Error {
+    let refused = error.chain().any(|cause| {
+        cause.is::<trust::Refusal>() || matches!(cause.downcast_ref(), Some(KeyError::Untrusted(_)))
+    });
+    if !refused {
+        return error;
+    }
+    anyhow::anyhow!(
+        "{}. With `--pool-file ~/pools/NAME.json` (a directory only you can write), the \
+         pool's key, lock and state directory go beside it",
+        gluein::cli::error_message(&error)
+    )
 }
 
 /// The pool node's answer to app requests: the job service's requests,

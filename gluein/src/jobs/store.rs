@@ -8,6 +8,7 @@
 //! `sqlite3`. Every write is a statement of its own, so a pool node killed
 //! at any moment leaves it consistent.
 
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -117,7 +118,16 @@ impl JobStore {
     /// Opens the job journal at `path`, creating it if missing, with
     /// jobs' directories under `jobs_dir`.
     pub fn open_at(path: &Path, jobs_dir: &Path) -> anyhow::Result<JobStore> {
-        let existed = path.exists();
+        // A link, or another user's file, is never opened: a job journal
+        // swapped in by another user would run that user's jobs.
+        let existed = match trust::check_file(path) {
+            Ok(()) => true,
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => false,
+            Err(error) => {
+                return Err(crate::poolfile::trusted_error(error))
+                    .with_context(|| format!("cannot open the job journal {}", path.display()))
+            }
+        };
         let conn = Connection::open(path)
             .with_context(|| format!("cannot open the job journal {}", path.display()))?;
         let store = JobStore {
@@ -188,8 +198,11 @@ impl JobStore {
         operate(&self.conn).with_context(|| format!("job journal {}", self.path.display()))
     }
 
-    /// Stores a new job, queued, and returns its id. `activities` is the
-    /// size of its graph, for its counts until its runner journals them.
+    /// Stores a new job, queued, makes its directory, and returns its id.
+    /// `activities` is the size of its graph, for its counts until its
+    /// runner journals them. An id whose directory is already there (a
+    /// job journal lost or replaced, its jobs' folders left) is skipped:
+    /// a new job never shows an old one's journal.
     pub fn submit(
         &mut self,
         job: &JobSubmission,
@@ -197,36 +210,63 @@ impl JobStore {
         activities: u64,
     ) -> anyhow::Result<u64> {
         let relabel = serde_json::to_string(&job.relabel).expect("strings are JSON");
-        self.sql(|c| {
-            let tx = c.unchecked_transaction()?;
-            // The journal's path needs the id: written with the row, in
-            // one transaction, so no row is ever seen without it.
-            tx.execute(
-                "INSERT INTO jobs(name, state, priority, graph, cwd, relabel, context_file,
-                                  wait_for_labels, submitter, submitted, journal, activities)
-                 VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, '', ?10)",
-                params![
-                    name,
-                    job.priority,
-                    path_text(&job.graph),
-                    path_text(&job.cwd),
-                    relabel,
-                    job.context_file.as_deref().map(path_text),
-                    job.wait_for_labels,
-                    job.submitter,
-                    now(),
-                    activities as i64,
-                ],
-            )?;
-            let id = tx.last_insert_rowid();
-            let journal = self.job_dir(id as u64).join("journal.db");
-            tx.execute(
-                "UPDATE jobs SET journal = ?2 WHERE id = ?1",
-                params![id, path_text(&journal)],
-            )?;
-            tx.commit()?;
-            Ok(id as u64)
-        })
+        let in_journal = || format!("job journal {}", self.path.display());
+        // One transaction: the id, its folder and the row go together (a
+        // folder made for a row that is then not written stays empty,
+        // and is skipped like any other).
+        let tx = self.conn.unchecked_transaction().with_context(in_journal)?;
+        let last: i64 = tx
+            .query_row(
+                "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)",
+                [],
+                |row| row.get(0),
+            )
+            .with_context(in_journal)?;
+        let id = self.make_job_dir(last as u64 + 1)?;
+        let journal = self.job_dir(id).join("journal.db");
+        tx.execute(
+            "INSERT INTO jobs(id, name, state, priority, graph, cwd, relabel, context_file,
+                              wait_for_labels, submitter, submitted, journal, activities)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                id as i64,
+                name,
+                job.priority,
+                path_text(&job.graph),
+                path_text(&job.cwd),
+                relabel,
+                job.context_file.as_deref().map(path_text),
+                job.wait_for_labels,
+                job.submitter,
+                now(),
+                path_text(&journal),
+                activities as i64,
+            ],
+        )
+        .with_context(in_journal)?;
+        tx.commit().with_context(in_journal)?;
+        Ok(id)
+    }
+
+    /// Makes the directory of a new job (mode 0700), with the id `first`
+    /// or, when its directory is already there, the next id whose
+    /// directory is not; returns that id. Never makes `STATE/jobs`
+    /// itself: a state directory removed under the pool node is not
+    /// made again.
+    fn make_job_dir(&self, first: u64) -> anyhow::Result<u64> {
+        let mut id = first;
+        loop {
+            let dir = self.job_dir(id);
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(id),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => id += 1,
+                Err(error) => {
+                    return Err(error).with_context(|| {
+                        format!("cannot create the job directory {}", dir.display())
+                    })
+                }
+            }
+        }
     }
 
     /// Every job, or only those queued or running, oldest first.
@@ -383,7 +423,8 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("gluein-jobs-store-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch directory");
+        // The job service makes `jobs` beside the journal before it opens it.
+        std::fs::create_dir_all(dir.join("jobs")).expect("scratch directory");
         dir
     }
 
@@ -398,6 +439,44 @@ mod tests {
             wait_for_labels: false,
             submitter: "user@host".to_string(),
         }
+    }
+
+    #[test]
+    fn a_new_job_never_takes_the_id_of_a_folder_already_there() {
+        let dir = scratch("folders");
+        let mut store = JobStore::open(&dir).unwrap();
+        assert_eq!(store.submit(&submission("a", 0), "a", 1).unwrap(), 1);
+        let old = store.job_dir(1).join("journal.db");
+        std::fs::write(&old, "the old job's journal").unwrap();
+        // The job journal lost, its jobs' folders left (and one more made
+        // by a pool node that went on without it).
+        drop(store);
+        std::fs::create_dir(dir.join("jobs/2")).unwrap();
+        std::fs::remove_file(dir.join(JOBS_DB)).unwrap();
+        let mut store = JobStore::open(&dir).unwrap();
+        let id = store.submit(&submission("b", 0), "b", 1).unwrap();
+        assert_eq!(id, 3, "ids 1 and 2 have folders");
+        let job = store.get(id).unwrap().unwrap();
+        assert_eq!(job.journal, dir.join("jobs/3/journal.db"));
+        assert!(dir.join("jobs/3").is_dir());
+        assert_eq!(
+            std::fs::read_to_string(&old).unwrap(),
+            "the old job's journal"
+        );
+        assert_eq!(store.submit(&submission("c", 0), "c", 1).unwrap(), 4);
+        // Without `jobs` (the state directory removed), nothing is made.
+        std::fs::remove_dir_all(dir.join("jobs")).unwrap();
+        let why = format!(
+            "{:#}",
+            store.submit(&submission("d", 0), "d", 1).unwrap_err()
+        );
+        assert!(why.contains("cannot create the job directory"), "{why}");
+        assert!(!dir.join("jobs").exists());
+        assert_eq!(
+            store.list(true).unwrap().len(),
+            2,
+            "no row without its folder"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -105,6 +106,12 @@ struct Shared {
     /// lives: two pool nodes on one state directory (each with its own
     /// pool file) would start every job twice.
     _owner: std::fs::File,
+    /// The state directory as it was at the start: one removed or
+    /// replaced under the running service is told by it.
+    state_identity: trust::Identity,
+    /// Set once the state directory is found gone, so that it is said
+    /// once.
+    state_lost: AtomicBool,
     state: Mutex<State>,
     /// Set by a submit or a cancel, so that the thread acts at once.
     poked: Mutex<bool>,
@@ -161,14 +168,23 @@ impl JobService {
     /// a previous pool node left running (see the module's
     /// documentation), and starts the supervisor thread.
     pub fn start(config: ServiceConfig) -> anyhow::Result<JobService> {
+        let state_identity = trust::Identity::of(&config.state_dir).with_context(|| {
+            format!(
+                "cannot use the state directory {}",
+                config.state_dir.display()
+            )
+        })?;
         let jobs_dir = config.state_dir.join("jobs");
-        std::fs::create_dir_all(&jobs_dir)
-            .with_context(|| format!("cannot create {}", jobs_dir.display()))?;
+        trust::create_dir(&jobs_dir, 0o700)
+            .map_err(crate::poolfile::trusted_error)
+            .with_context(|| format!("cannot use {}", jobs_dir.display()))?;
         let owner = claim_state_dir(&config.state_dir)?;
         let store = JobStore::open(&config.state_dir)?;
         let shared = Arc::new(Shared {
             config,
             _owner: owner,
+            state_identity,
+            state_lost: AtomicBool::new(false),
             state: Mutex::new(State {
                 store,
                 runners: HashMap::new(),
@@ -310,8 +326,32 @@ impl Shared {
             .ok_or_else(|| format!("no job {id} in this pool"))
     }
 
+    /// Why the service takes no more jobs, when its state directory is no
+    /// longer the one it started on (removed, or replaced): it is not
+    /// made again, since a new job journal would give ids that its
+    /// users' scripts, and any `jobs/ID` folder made since, already use.
+    fn state_lost(&self) -> Option<String> {
+        let state_dir = &self.config.state_dir;
+        if self.state_identity.still_at(state_dir) {
+            return None;
+        }
+        let message = format!(
+            "the pool's state directory {} was removed or replaced while the pool node ran; \
+             it is not made again (it held the job journal). No job starts and submits are \
+             refused: stop this pool node and start it again",
+            state_dir.display()
+        );
+        if !self.state_lost.swap(true, Ordering::SeqCst) {
+            eprintln!("error: {message}");
+        }
+        Some(message)
+    }
+
     /// Checks a submission and stores it, queued.
     fn submit(&self, job: JobSubmission) -> Result<u64, String> {
+        if let Some(lost) = self.state_lost() {
+            return Err(lost);
+        }
         let (job, activities) = check_submission(job)?;
         let name = match job.name.as_deref().map(str::trim) {
             Some(name) if !name.is_empty() => name.to_string(),
@@ -398,6 +438,9 @@ impl Shared {
         for (id, exit) in ended {
             state.runners.remove(&id);
             self.settle(state, id, exit)?;
+        }
+        if self.state_lost().is_some() {
+            return Ok(());
         }
         while state.runners.len() < self.config.max_jobs {
             let Some(job) = state.store.next_to_start()? else {
@@ -557,9 +600,16 @@ impl Shared {
     /// process group of its own, its output appended to the runner log.
     fn spawn_runner(&self, job: &JobRow, resume: bool) -> anyhow::Result<Child> {
         let config = &self.config;
+        // Made at submit; a job queued by an older pool node has none yet.
+        // Never its parents: a state directory removed under the pool is
+        // not silently made again.
         let dir = job_dir(job);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(error).with_context(|| format!("cannot create {}", dir.display()))
+            }
+            _ => {}
+        }
         let log_path = runner_log(job);
         let mut log = OpenOptions::new()
             .create(true)
@@ -635,12 +685,9 @@ impl Shared {
 /// ends, `kill -9` included.
 fn claim_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
     let path = state_dir.join("jobs.db.lock");
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
+    // Never through a link, nor another user's file: the pid goes in it.
+    let mut file = trust::open_trusted(&path, trust::Access::Lock)
+        .map_err(crate::poolfile::trusted_error)
         .with_context(|| format!("cannot open {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -1221,6 +1268,8 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
         let dead_pid = dead.id();
         drop(dead.wait_with_output());
         {
+            // As the job service makes it before it opens the store.
+            std::fs::create_dir(dir.join("state/jobs")).unwrap();
             let mut store = JobStore::open(&dir.join("state")).unwrap();
             for _ in 0..4 {
                 let id = store.submit(&submission(&dir, 0), "left", 3).unwrap();
