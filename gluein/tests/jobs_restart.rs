@@ -429,3 +429,94 @@ fn a_cancelled_job_leaves_no_command_running_on_its_agent() {
         "{again}"
     );
 }
+
+/// Asks the pool node of `dir` to take the graph `graph`: its answer.
+fn try_submit(dir: &Path, graph: &Path) -> Result<ServiceResponse, String> {
+    let job = JobSubmission {
+        graph: graph.to_path_buf(),
+        cwd: dir.to_path_buf(),
+        name: Some("after".to_string()),
+        relabel: Vec::new(),
+        context_file: None,
+        priority: 0,
+        wait_for_labels: false,
+        submitter: "tester@loopback".to_string(),
+    };
+    ask(dir, &ServiceRequest::Submit(job))
+}
+
+/// Stops the pool node of `pool` with SIGTERM, as a user does.
+fn stop_pool(mut pool: common::Guard) {
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(pool.0.id() as i32, libc::SIGTERM) };
+    let status = common::wait_exit(&mut pool, LIMIT);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
+#[test]
+fn a_state_directory_removed_under_the_pool_is_not_made_again() {
+    let dir = scratch("jobs-restart-state-removed");
+    let _pool = start_pool(&dir);
+    let state = dir.join("pool.state");
+    assert!(state.join("jobs.db").exists());
+    std::fs::remove_dir_all(&state).unwrap();
+    let graph = common::sleepers(&dir, 1, 0.0);
+    let said = match try_submit(&dir, &graph) {
+        Err(said) => said,
+        Ok(answer) => panic!(
+            "a job was taken without a state directory: {answer:?}\n{}",
+            log(&dir, "pool.log")
+        ),
+    };
+    assert!(
+        said.contains(&format!(
+            "the pool's state directory {} was removed or replaced",
+            state.display()
+        )) && said.contains("stop this pool node and start it again"),
+        "{said}"
+    );
+    common::wait_for_log(&dir, "pool.log", "was removed or replaced", LIMIT);
+    assert!(
+        !state.exists(),
+        "the state directory was made again: {}",
+        log(&dir, "pool.log")
+    );
+}
+
+#[test]
+fn a_new_job_journal_never_reuses_the_folder_of_an_old_job() {
+    let dir = scratch("jobs-restart-old-folders");
+    stop_pool(start_pool(&dir));
+    // What a pool node whose state directory was removed under it left
+    // (before, it made STATE/jobs/ID again for the jobs it started): the
+    // folders of jobs 1 and 2, and no job journal.
+    let state = dir.join("pool.state");
+    for id in [1, 2] {
+        let folder = state.join(format!("jobs/{id}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("journal.db"), format!("old job {id}")).unwrap();
+    }
+    for name in ["jobs.db", "jobs.db-wal", "jobs.db-shm"] {
+        let _ = std::fs::remove_file(state.join(name));
+    }
+    let pool = start_pool_with(&dir, &[], "pool-again.log");
+    let graph = common::sleepers(&dir, 1, 0.0);
+    let id = match try_submit(&dir, &graph) {
+        Ok(ServiceResponse::Submitted { id }) => id,
+        other => panic!("not submitted: {other:?}\n{}", log(&dir, "pool-again.log")),
+    };
+    assert_eq!(id, 3, "ids 1 and 2 have folders of old jobs");
+    assert_eq!(
+        journal_path(&dir, 3),
+        state.join("jobs/3/journal.db"),
+        "the new job's own folder"
+    );
+    for id in [1, 2] {
+        assert_eq!(
+            std::fs::read_to_string(journal_path(&dir, id)).unwrap(),
+            format!("old job {id}"),
+            "an old job's journal was touched"
+        );
+    }
+    stop_pool(pool);
+}

@@ -320,10 +320,16 @@ pub fn check_directory_of(path: &Path) -> Result<(), TrustError> {
     if trusted_owner(meta.uid()) && !open_to_others {
         return Ok(());
     }
+    // Named in full: "its directory ." would tell nobody where it is.
+    let named = match std::env::current_dir() {
+        Ok(here) if directory == Path::new(".") => here,
+        Ok(here) => here.join(directory),
+        Err(_) => directory.to_path_buf(),
+    };
     Err(TrustError::Refused(Refusal {
         path: path.to_path_buf(),
         reason: Reason::UnsafeDirectory {
-            directory: directory.to_path_buf(),
+            directory: named,
             owner: meta.uid(),
             mode,
         },
