@@ -138,8 +138,9 @@ fn another_local_user_without_the_key_is_refused() {
     .unwrap();
     chmod(&evil, 0o644);
     // A copy of the pool file others can read, as a careless user might
-    // leave: the key still keeps them out.
-    let leaked = open.join("leaked-pool.json");
+    // leave: the key still keeps them out. (In a directory only its owner
+    // may write: one in `open` could be anyone's, and is refused.)
+    let leaked = dir.join("leaked-pool.json");
     std::fs::copy(&pool_file, &leaked).unwrap();
     chmod(&leaked, 0o644);
     let address =
@@ -210,6 +211,18 @@ fn another_local_user_without_the_key_is_refused() {
             said.contains("cannot read the pool key")
                 && said.contains(key_file.to_str().unwrap())
                 && said.contains("whoever joins the pool must be able to read its key file"),
+            "{said}"
+        );
+    }
+    // A pool file in a directory anyone may write is not trusted at all:
+    // whoever planted it would choose the pool, and the key.
+    let planted = open.join("planted-pool.json");
+    std::fs::copy(&pool_file, &planted).unwrap();
+    chmod(&planted, 0o644);
+    for said in run_and_agent_say(planted.to_str().unwrap()) {
+        assert!(
+            said.contains(&format!("refusing {}", planted.display()))
+                && said.contains("may be changed by other users"),
             "{said}"
         );
     }
