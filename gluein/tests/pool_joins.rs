@@ -101,6 +101,46 @@ fn an_agent_with_another_pools_key_exits_and_names_the_key() {
 }
 
 #[test]
+fn a_connection_dropped_during_the_handshake_is_not_called_a_different_key() {
+    let dir = scratch("joins-dropped");
+    constellation::net::key::write_new_file(&dir.join("pool.key")).expect("a key");
+    // Something that takes each connection and closes it at once, as a
+    // pool node that is stopping, or a program that is not one, does.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for connection in listener.incoming() {
+            drop(connection);
+        }
+    });
+    let peer = constellation::net::Keypair::generate_ed25519()
+        .public()
+        .to_peer_id();
+    let address = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{peer}");
+    let mut agent = spawn_agent(
+        &dir,
+        &[
+            "--pool",
+            &address,
+            "--key-file",
+            "pool.key",
+            "--join-timeout",
+            "5s",
+        ],
+        "agent.log",
+    );
+    let status = exited(&mut agent, &dir, "agent.log");
+    assert_not_joined(
+        status,
+        &dir,
+        "agent.log",
+        &["was closed during the handshake"],
+    );
+    let said = log(&dir, "agent.log");
+    assert!(!said.contains("has a different pool key"), "{said}");
+}
+
+#[test]
 fn an_agent_given_an_address_where_nothing_listens_says_so() {
     let dir = scratch("joins-dead-address");
     constellation::net::key::write_new_file(&dir.join("pool.key")).expect("a key");

@@ -24,8 +24,12 @@ pub enum JoinFailure {
     Other,
     /// The connection or its handshake did not complete in time.
     TimedOut,
-    /// The peer cut the connection during the handshake: most likely it
-    /// has a different pool key, or none.
+    /// The connection was closed or reset during the handshake. Not a
+    /// different key: both ends send their key check before they read the
+    /// other's, so a pool node with another key is always
+    /// [`JoinFailure::WrongKey`]. The node stopped or dropped the
+    /// connection, or what listens there is no pool node with a key (a
+    /// keyless one, another program).
     Handshake,
     /// Another node answers at the address than the one it names: the
     /// address is stale.
@@ -96,7 +100,7 @@ pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
 /// Which failure a transport error's text (`detail`, from `Display`, and
 /// `debug`, which names the `io::ErrorKind`s) shows. The layers between
 /// TCP and libp2p box their errors, so the words are all there is to go by.
-fn classify(detail: &str, debug: &str) -> JoinFailure {
+pub(crate) fn classify(detail: &str, debug: &str) -> JoinFailure {
     let text = format!("{detail} {debug}").to_lowercase();
     let has = |words: &[&str]| words.iter().any(|word| text.contains(word));
     if has(&["different pool key"]) {
@@ -140,8 +144,9 @@ impl fmt::Display for JoinProblem {
             ),
             JoinFailure::Handshake => write!(
                 f,
-                "the node at {address} cut the connection during the handshake, most likely \
-                 because it has a different pool key ({detail})"
+                "the connection to {address} was closed during the handshake ({detail}): the \
+                 node there stopped or dropped the connection, or it is not a pool node with a \
+                 key (a node with another pool key is named as such)"
             ),
             JoinFailure::OtherPeer => write!(
                 f,

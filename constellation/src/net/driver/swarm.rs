@@ -21,9 +21,9 @@ use parking_lot::Mutex;
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
-use crate::net::join::with_causes;
+use crate::net::join::{classify, with_causes};
 use crate::net::message::{Envelope, NetPeer, Request, Response};
-use crate::net::{JoinProblem, NodeConfig, NodeError};
+use crate::net::{JoinFailure, JoinProblem, NodeConfig, NodeError};
 use crate::protocol::Transmit;
 
 /// The swarm: request-response with the frame codec, nothing else.
@@ -244,10 +244,11 @@ impl Driver {
                     tracing::debug!(from = %send_back_addr, "an incoming connection timed out while coming up");
                 } else {
                     self.node.count_refused();
-                    let why = if text.contains("different pool key") {
-                        "the peer has a different pool key"
-                    } else {
-                        "not a constellation node with this pool's key"
+                    let why = match classify(&error.to_string(), &text) {
+                        JoinFailure::WrongKey => "the peer has a different pool key",
+                        // A dialer that went away is not a stranger.
+                        JoinFailure::Handshake => "the connection was closed during the handshake",
+                        _ => "not a constellation node with this pool's key",
                     };
                     tracing::warn!(from = %send_back_addr, reason = why, "refused a connection");
                 }
