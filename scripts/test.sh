@@ -180,6 +180,9 @@ step "membership under load: fifty_nodes_learn_each_other, 10 of 10 runs with ev
 # features, so nothing is compiled); FAIL_FAST stops at the first failure.
 RUNS=10 FAIL_FAST=1 bash scripts/membership-under-load.sh
 
+step "local attacks as another user (scripts/attack-local.sh: planted keys, state and locks; jobs that never end; unbounded input; a killed runner's queued work)"
+scripts/attack-local.sh
+
 step "GPU tests with NVRTC (nvidia-cuda-nvrtc-cu12 in target/nvrtc-venv), with their output"
 nvrtc_venv=target/nvrtc-venv
 if [ ! -x "$nvrtc_venv/bin/pip" ]; then
