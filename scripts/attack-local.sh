@@ -140,7 +140,7 @@ start_is_refused() {
     wait "$pid"
     if [ $? -ne 0 ] && grep -q "refusing" "$log"; then
       outcome="refused"
-      detail=$(grep -o "refusing [^:]*: [^;.]*" "$log" | head -n 1)
+      detail=$(grep -o "refusing [^;]*" "$log" | head -n 1 | cut -c1-150)
     else
       outcome="BROKEN"
       detail="exited without refusing: $(tail -n 1 "$log")"
@@ -253,7 +253,7 @@ bounded_refusal() { # NAME COMMAND...
   elif grep -qiE "regular file|too large|larger than|limit" "$log"; then
     verdict "$name" "refused" "in $((end - start)) s: $(grep -m1 -iE "regular file|too large|larger than|limit" "$log" | cut -c1-100)"
   else
-    verdict "$name" "BROKEN" "exit $status after $((end - start)) s: $(tail -n 1 "$log" | cut -c1-100)"
+    verdict "$name" "BROKEN" "exit $status after $((end - start)) s: $(head -n 1 "$log" | cut -c1-100)"
   fi
 }
 bounded_refusal "5a run /dev/zero" "$bin" run /dev/zero --pool "$home/pool.json"
