@@ -46,6 +46,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        value_name = "MIB",
         env = "SUPERNOVA_MAX_IMAGE_MIB",
         default_value_t = memory::DEFAULT_MAX_IMAGE_MIB,
         value_parser = clap::value_parser!(u64).range(1..=(u64::MAX >> 20))
