@@ -98,7 +98,7 @@ fn a_full_disk_stops_new_starts_and_the_attempts_made_are_journaled_once_there_i
     std::fs::remove_file(small.join("fill")).expect("free the disk");
     let status = exited(&mut runner, limit, &dir, "run.log");
     let said = log(&dir, "run.log");
-    assert!(!status.success(), "{said}");
+    assert_eq!(status.code(), Some(2), "{said}");
     assert!(
         said.contains("filled during the run: no command started after that")
             && said.contains("--resume"),
