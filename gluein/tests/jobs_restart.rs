@@ -423,6 +423,10 @@ fn a_cancelled_job_leaves_no_command_running_on_its_agent() {
     for activity in journal.activities().expect("activities") {
         assert_eq!(activity.state, ActivityState::Cancelled, "{activity:?}");
     }
+    // Each execution noted two pids (its shell's and its child's), and is
+    // one attempt.
+    let attempts = journal.attempts(None).expect("attempts");
+    assert_eq!(attempts.len() * 2, pids().len(), "{attempts:#?}");
     let again = ask(&dir, &ServiceRequest::Cancel { id }).unwrap_err();
     assert!(
         again.ends_with("refused: job 1 has already ended: cancelled"),
