@@ -12,7 +12,11 @@
 //! holds its run journal's lock, or its process is still there) is
 //! adopted: the service waits for the lock to be free, then reads how the
 //! run ended. A job whose runner is gone is resumed (`run --resume`), or
-//! started afresh if it never wrote a journal. A clean stop
+//! started afresh if it never wrote a journal. So is a job whose runner
+//! this pool node started and that was killed by a signal (`kill -9`, the
+//! OOM killer) before its run ended: at most [`MAX_RESUMES`] times in the
+//! pool node's life, after which the job fails with the reason. A runner
+//! that exits by itself, with a failure status, fails its job. A clean stop
 //! ([`JobService::stop`]) sends SIGTERM to the runners, which journal
 //! their run as interrupted, and leaves their jobs `running`: the next
 //! start resumes them.
@@ -51,6 +55,11 @@ pub const RUNNER_RECONNECT: &str = "10m";
 /// How many lines of its log a runner that ended badly leaves in its
 /// job's message.
 const LOG_TAIL_LINES: usize = 5;
+
+/// How often a job whose runner died before its run ended is resumed, in
+/// the life of one pool node, before it fails instead: a runner that keeps
+/// dying (a graph that exhausts the machine) is not restarted forever.
+pub const MAX_RESUMES: u32 = 3;
 
 /// The message of every activity a cancel leaves unfinished.
 pub const CANCELLED_ACTIVITY: &str = "job cancelled";
@@ -118,6 +127,9 @@ struct State {
     store: JobStore,
     /// The runners of running jobs, by job id.
     runners: HashMap<u64, Runner>,
+    /// How often each job was resumed after its runner died, in this pool
+    /// node's life (at most [`MAX_RESUMES`]).
+    resumes: HashMap<u64, u32>,
 }
 
 /// A job's runner process.
@@ -172,6 +184,7 @@ impl JobService {
             state: Mutex::new(State {
                 store,
                 runners: HashMap::new(),
+                resumes: HashMap::new(),
             }),
             poked: Mutex::new(false),
             poke: Condvar::new(),
@@ -434,8 +447,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Job `id`'s runner ended (`exit`): sets the job's state, or, for a
-    /// runner of a previous pool node whose run did not finish, resumes it.
+    /// Job `id`'s runner ended (`exit`): sets the job's state, or resumes
+    /// the job (at most [`MAX_RESUMES`] times) when its runner died before
+    /// its run ended: killed by a signal, or a runner of a previous pool
+    /// node that is gone.
     fn settle(&self, state: &mut State, id: u64, exit: Exit) -> anyhow::Result<()> {
         let Some(job) = state.store.get(id)? else {
             return Ok(());
@@ -456,40 +471,72 @@ impl Shared {
                 counts.cancelled
             )
         };
-        let (end, message) = match exit {
-            Exit::Status(exit) if exit.success() => (JobState::Succeeded, None),
-            Exit::Status(exit) if exit.code() == Some(1) && status.as_deref() == Some("failed") => {
-                (JobState::Failed, Some(failed_message()))
+        let why = match exit {
+            Exit::Status(exit) if exit.success() => {
+                return self.end(state, &job, JobState::Succeeded, None);
             }
-            Exit::Status(exit) => (
-                JobState::Failed,
-                Some(format!(
+            Exit::Status(exit) if exit.code() == Some(1) && status.as_deref() == Some("failed") => {
+                return self.end(state, &job, JobState::Failed, Some(failed_message()));
+            }
+            // Killed by a signal before its run ended: not the runner's
+            // own verdict on the job, so the job goes on from its journal.
+            Exit::Status(exit) if exit.code().is_none() && !run_ended(status.as_deref()) => {
+                format!("its runner {}", describe(exit))
+            }
+            Exit::Status(exit) => {
+                let message = format!(
                     "its runner {}: {}",
                     describe(exit),
                     log_tail(&runner_log(&job))
-                )),
-            ),
+                );
+                return self.end(state, &job, JobState::Failed, Some(message));
+            }
             Exit::Unseen => match status.as_deref() {
-                Some("succeeded") => (JobState::Succeeded, None),
-                Some("failed") => (JobState::Failed, Some(failed_message())),
+                Some("succeeded") => return self.end(state, &job, JobState::Succeeded, None),
+                Some("failed") => {
+                    return self.end(state, &job, JobState::Failed, Some(failed_message()));
+                }
                 // Interrupted, or killed mid-run: what did not finish runs
                 // again (at-least-once).
-                _ => {
-                    let resume = job.journal.exists();
-                    eprintln!(
-                        "job {id} ({}): its runner is gone; {}",
-                        job.name,
-                        if resume {
-                            "resuming it"
-                        } else {
-                            "starting it again"
-                        }
-                    );
-                    return self.launch(state, &job, resume);
-                }
+                _ => "its runner is gone".to_string(),
             },
         };
-        let _ = std::fs::remove_file(progress_file(&job));
+        let resumed = state.resumes.entry(id).or_default();
+        if *resumed >= MAX_RESUMES {
+            let message = format!(
+                "{why}, and it was resumed {MAX_RESUMES} times already, the most a job is \
+                 (its runner keeps dying: see {}; `constellation submit` it again once the \
+                 cause is fixed): {}",
+                runner_log(&job).display(),
+                log_tail(&runner_log(&job))
+            );
+            return self.end(state, &job, JobState::Failed, Some(message));
+        }
+        *resumed += 1;
+        let resume = job.journal.exists();
+        eprintln!(
+            "job {id} ({}): {why}; {} (resume {resumed} of at most {MAX_RESUMES})",
+            job.name,
+            if resume {
+                "resuming it"
+            } else {
+                "starting it again"
+            },
+        );
+        self.launch(state, &job, resume)
+    }
+
+    /// Ends job `job` as `end`, with `message`, and its counts as its
+    /// journal has them.
+    fn end(
+        &self,
+        state: &mut State,
+        job: &JobRow,
+        end: JobState,
+        message: Option<String>,
+    ) -> anyhow::Result<()> {
+        let (id, counts) = (job.id, ended_counts(job));
+        let _ = std::fs::remove_file(progress_file(job));
         state
             .store
             .set_ended(id, end, message.as_deref(), Some(&counts))?;
@@ -877,6 +924,12 @@ fn signal(pid: u32, signal: i32) {
     unsafe { libc::kill(pid, signal) };
 }
 
+/// Whether a run journal's last run `status` says the run ended by
+/// itself: its runner's verdict stands, however the runner then exited.
+fn run_ended(status: Option<&str>) -> bool {
+    matches!(status, Some("succeeded" | "failed"))
+}
+
 /// An exit status in words.
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt as _;
@@ -935,11 +988,13 @@ mod tests {
     /// it was started in `CWD/launches`, its pid and the signals it gets
     /// beside the job's journal, and ends once `CWD/go` exists, with the
     /// status in `CWD/exit-code` (0 without one), after printing
-    /// `CWD/last-words` if there is one.
+    /// `CWD/last-words` if there is one. While `CWD/die` exists it kills
+    /// itself with SIGKILL at once, as the OOM killer would.
     const FAKE_RUNNER: &str = r#"
 dir=$(dirname "$6")
 echo "$5 $6" >> "$PWD/launches"
 echo $$ > "$dir/fake.pid"
+if [ -e "$PWD/die" ]; then echo "dying" >&2; kill -9 $$; fi
 trap 'echo interrupted >> "$dir/fake.signals"; exit 130' INT
 trap 'echo terminated >> "$dir/fake.signals"; exit 130' TERM
 while [ ! -e "$PWD/go" ]; do sleep 0.05; done
@@ -1211,6 +1266,39 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
         let log = std::fs::read_to_string(dir.join("state/jobs/1/runner.log")).unwrap();
         assert!(log.starts_with("== "), "each start is headed: {log}");
         assert!(log.contains("run "), "with its command line: {log}");
+        service.stop(LIMIT);
+    }
+
+    #[test]
+    fn a_runner_killed_by_a_signal_is_resumed_a_few_times_then_fails_its_job() {
+        let dir = scratch("killed");
+        std::fs::write(dir.join("die"), "").unwrap();
+        std::fs::write(dir.join("go"), "").unwrap();
+        let service = JobService::start(config(&dir, 2)).unwrap();
+        let id = submit(&service, submission(&dir, 0));
+        wait_until("the job fails", || {
+            job(&service, id).state == JobState::Failed
+        });
+        assert_eq!(
+            launches(&dir).len(),
+            1 + MAX_RESUMES as usize,
+            "started once, resumed {MAX_RESUMES} times: {:?}",
+            launches(&dir)
+        );
+        let message = job(&service, id).message.unwrap_or_default();
+        assert!(
+            message.starts_with("its runner was killed by signal 9, and it was resumed 3 times"),
+            "{message}"
+        );
+        assert!(message.contains("dying"), "with its last words: {message}");
+
+        // One that dies and is resumed goes on, once its runner lives.
+        let second = submit(&service, submission(&dir, 0));
+        wait_until("the second job is resumed", || launches(&dir).len() >= 6);
+        std::fs::remove_file(dir.join("die")).unwrap();
+        wait_until("the second job succeeds", || {
+            job(&service, second).state == JobState::Succeeded
+        });
         service.stop(LIMIT);
     }
 

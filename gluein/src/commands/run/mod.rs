@@ -19,6 +19,7 @@
 
 mod census;
 mod executions;
+mod full_disk;
 pub(crate) mod pool;
 mod progress;
 mod record;
@@ -329,6 +330,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut last_commit = Instant::now();
         let mut last_offer_check: Option<Instant> = None;
         let mut pool_node = PoolNodeWatch::default();
+        // Why the journal could not be written, when its disk is full.
+        let mut full: Option<String> = None;
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
             let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
@@ -345,7 +348,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 // Before the attempts are committed, so that they find
                 // their executors listed, with cores.
                 for (id, host) in recorder.new_nodes.drain(..) {
-                    census.ran_on(node, id, &host, &mut journal, run)?;
+                    let listed = census.ran_on(node, id, &host, &mut journal, run);
+                    full = full.or(full_disk::unless_full(listed)?);
                 }
             }
             if gluein::signals::stop_requested() {
@@ -360,17 +364,26 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 progress.unoffered(&recorder.tally.unoffered);
                 if let (Runner::Node(node), true) = (&runner, stop.is_none()) {
                     // Agents that joined since, or were relabelled.
-                    census.record_new(node, &mut journal, run)?;
+                    let listed = census.record_new(node, &mut journal, run);
+                    full = full.or(full_disk::unless_full(listed)?);
                 }
             }
             if finished || stop.is_some() || last_commit.elapsed() >= COMMIT_EVERY {
-                recorder.commit(&mut journal, run)?;
+                let committed = recorder.commit(&mut journal, run);
+                full = full.or(full_disk::unless_full(committed)?);
                 last_commit = Instant::now();
                 progress.show(
                     &recorder.tally,
                     running_now(&runner, &released),
                     started.elapsed(),
                 );
+            }
+            if let (None, false, Some(why)) = (&stop, finished, &full) {
+                progress.say(&format!(
+                    "the disk holding the journal {} is full ({why}): no command starts any more",
+                    journal_path.display()
+                ));
+                stop = Some(Stop::DiskFull);
             }
             if finished || stop.is_some() {
                 break;
@@ -412,8 +425,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                     KILLED_REPORTS_WAIT.as_secs()
                 );
             }
-            recorder.commit(&mut journal, run)?;
         }
+        // Everything taken, also what a full disk held back.
+        full_disk::when_room(&journal_path, "the attempts made", || {
+            recorder.commit(&mut journal, run)
+        })?;
     }
     let tally = &recorder.tally;
     let status = if stop.is_some() {
@@ -423,7 +439,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         RunStatus::Succeeded
     };
-    journal.end_run(run, status)?;
+    full_disk::when_room(&journal_path, "the run's end", || {
+        Ok(journal.end_run(run, status)?)
+    })?;
     if let Some(path) = &args.job_progress {
         // Nothing runs any more, whatever the last update said.
         JobProgressFile::new(path).write(tally, 0);
@@ -468,6 +486,15 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             let _ = std::io::stdout().flush();
             std::process::exit(130);
         }
+        Stop::DiskFull => bail!(
+            "the disk holding the journal {} filled during the run: no command started after \
+             that, and {unfinished} activities did not finish; the attempts made are journaled \
+             and the run is interrupted; free space there and resume with \
+             `constellation run {} --resume {}`",
+            journal_path.display(),
+            args.graph.display(),
+            journal_path.display()
+        ),
         Stop::PoolGone { since } => {
             let pool = args.pool.as_deref().unwrap_or_default();
             bail!(
@@ -662,6 +689,8 @@ enum Stop {
     Signal,
     /// The pool node has been gone since `since`, longer than `--reconnect`.
     PoolGone { since: Instant },
+    /// The disk holding the journal is full: what runs is not recorded.
+    DiskFull,
 }
 
 impl Stop {
@@ -671,6 +700,9 @@ impl Stop {
             Stop::Signal => "stopping: killing the commands this run started",
             Stop::PoolGone { .. } => {
                 "stopping: the pool node did not come back; killing the commands this run started"
+            }
+            Stop::DiskFull => {
+                "stopping: the journal cannot be written; killing the commands this run started"
             }
         }
     }
@@ -757,6 +789,9 @@ struct Recorder {
     names: NodeNames,
     /// Rows not committed yet.
     updates: Vec<ActivityUpdate>,
+    /// Numbered attempts of lost and extra executions not committed yet (a
+    /// commit failed: the disk is full).
+    unwritten: Vec<(i64, journal::NewAttempt)>,
     /// Once the run stops: the shell activities whose commands it killed
     /// and whose reports have not come yet.
     awaited: HashSet<ActivityId>,
@@ -785,6 +820,7 @@ impl Recorder {
             keys,
             names,
             updates: Vec::new(),
+            unwritten: Vec::new(),
             awaited: HashSet::new(),
             cancelled_awaited: 0,
             stopped: false,
@@ -894,15 +930,16 @@ impl Recorder {
     /// Writes the rows taken since the last commit, in one transaction:
     /// with the attempts of executions lost or extra, numbered after those
     /// recorded for their activities.
+    /// A commit that fails keeps them all, to be written by the next.
     fn commit(&mut self, journal: &mut Journal, run: i64) -> anyhow::Result<()> {
-        let more = match &mut self.executions {
-            Some(executions) => {
-                executions.numbered_rows(journal, run, &self.keys, &self.updates)?
-            }
-            None => Vec::new(),
-        };
-        if !self.updates.is_empty() || !more.is_empty() {
-            journal.record_with(run, &std::mem::take(&mut self.updates), &more)?;
+        if let Some(executions) = &mut self.executions {
+            let more = executions.numbered_rows(journal, run, &self.keys, &self.updates)?;
+            self.unwritten.extend(more);
+        }
+        if !self.updates.is_empty() || !self.unwritten.is_empty() {
+            journal.record_with(run, &self.updates, &self.unwritten)?;
+            self.updates.clear();
+            self.unwritten.clear();
         }
         Ok(())
     }

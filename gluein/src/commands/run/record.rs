@@ -198,6 +198,7 @@ pub(super) fn new_attempts(result: &ShellResult, recording: Recording) -> Vec<Ne
                 ShellOutcome::Signalled { signal } => ("signalled", None, Some(i64::from(*signal))),
                 ShellOutcome::TimedOut { .. } => ("timed_out", None, None),
                 ShellOutcome::StartFailed { .. } => ("start_failed", None, None),
+                ShellOutcome::OutputLost { .. } => ("output_lost", None, None),
             };
             let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
             let message = match (!a.outcome.is_success()).then(|| a.outcome.to_string()) {
