@@ -339,6 +339,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 recorder.take(&graph, event_report(event)?);
             }
             if let Runner::Node(node) = &runner {
+                // Work the pool gave up never reports: its node fails,
+                // and what runs after it is cancelled.
+                for (activity, reason) in node.take_lost() {
+                    Coordinator::given_up(pool, coordinator, activity, format!("lost: {reason}"));
+                }
                 if let Some(executions) = &mut recorder.executions {
                     executions.check_members(node);
                 }
