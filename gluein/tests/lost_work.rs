@@ -1,7 +1,8 @@
-//! Work the pool gives up ends its run: an activity lost with its agent on
-//! every attempt the pool allows fails with that reason, and what runs
-//! after it is cancelled, instead of waiting forever for a result that
-//! cannot come.
+//! Every job ends: an activity lost with its agent on every attempt the
+//! pool allows fails with that reason, and what runs after it is
+//! cancelled, instead of waiting forever for a result that cannot come;
+//! and an activity too large to travel to an agent is refused before the
+//! job is accepted, instead of staying forever on its runner.
 
 mod common;
 
@@ -109,5 +110,76 @@ fn an_activity_lost_on_every_attempt_fails_and_the_run_ends() {
     assert!(
         said.contains("killer: lost: "),
         "the summary names it:\n{said}"
+    );
+}
+
+/// Writes `dir/big.json`: `big`, whose environment holds 33 MiB (more than
+/// half the 64 MiB network frame that a steal reply must fit in), and
+/// `small`.
+fn big_graph(dir: &Path) -> std::path::PathBuf {
+    let value = "x".repeat(33 << 20);
+    let graph = serde_json::json!({
+        "activity": [
+            { "id": "big", "command": "true", "env": { "BIG": value } },
+            { "id": "small", "command": "true" },
+        ]
+    });
+    let path = dir.join("big.json");
+    std::fs::write(&path, graph.to_string()).expect("graph file");
+    path
+}
+
+/// Runs `constellation ARGS` in `dir`, failing the test if it takes
+/// longer than `limit` (a refusal must not hang).
+fn run_within(dir: &Path, args: &[&str], limit: Duration) -> std::process::Output {
+    let child = common::constellation(dir)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start constellation");
+    let pid = child.id() as i32;
+    let (sent, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sent.send(child.wait_with_output()));
+    match output.recv_timeout(limit) {
+        Ok(output) => output.expect("constellation's output"),
+        Err(_) => {
+            // SAFETY: sending a signal to the child this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("constellation {args:?} did not end within {limit:?}");
+        }
+    }
+}
+
+#[test]
+fn an_activity_too_large_to_travel_is_refused_by_submit_and_by_a_pool_run() {
+    let dir = scratch("too-large-to-travel");
+    let _pool = start_pool(&dir);
+    let _agent = spawn_agent(&dir, 1, "agent", &[]);
+    let graph = big_graph(&dir);
+    let graph = graph.to_str().expect("UTF-8 path");
+    let limit = Duration::from_secs(120);
+    let submitted = run_within(&dir, &["submit", graph, "--pool", "pool.json"], limit);
+    let run = ["run", graph, "--pool", "pool.json", "--progress", "none"];
+    let ran = run_within(&dir, &run, limit);
+    for output in [&submitted, &ran] {
+        let said = common::text(output);
+        assert!(!output.status.success(), "{said}");
+        assert!(
+            said.contains("big is 33.0 MiB encoded, too large to travel to an agent")
+                && said.contains("an activity may take at most 31.9 MiB (33488896 bytes)")
+                && !said.contains("small is"),
+            "names the activity, its size and the limit: {said}"
+        );
+    }
+    let jobs = run_within(
+        &dir,
+        &["jobs", "--pool", "pool.json", "--all", "--json"],
+        limit,
+    );
+    assert!(
+        !common::text(&jobs).contains("\"big\""),
+        "no job was accepted: {}",
+        common::text(&jobs)
     );
 }

@@ -213,6 +213,18 @@ impl std::fmt::Debug for NodeConfig {
     }
 }
 
+impl NodeConfig {
+    /// The most bytes an activity's encoded state may have to be handed to
+    /// another node: half the largest frame, leaving room for the events
+    /// waiting for it and the envelope around them. A larger activity
+    /// never leaves the node it was created on; if no executor there can
+    /// run it, it is given up ([`Node::take_lost`]). Check work against
+    /// this before submitting it to a node that has no executor for it.
+    pub fn largest_activity(&self) -> usize {
+        self.max_frame / 2
+    }
+}
+
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {

@@ -44,8 +44,8 @@ use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 use census::Census;
 use executions::Executions;
 use pool::{
-    check_contexts, check_pool_contexts, executor_contexts, join_pool, local_pool, unoffered,
-    Runner,
+    check_contexts, check_pool_contexts, check_travel, executor_contexts, join_pool, local_pool,
+    unoffered, Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
 use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
@@ -193,6 +193,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
     let graph = load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
     let executors = executor_contexts(&args)?;
+    if args.pool.is_some() {
+        check_travel(&graph, &executors)?;
+    }
     let node = match &args.pool {
         Some(pool) => Some(join_pool(pool, &args, &executors)?),
         None => None,

@@ -8,7 +8,7 @@ use constellation::core::MatchTable;
 use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ExecutorContext, Pool};
 use executors::probe::Hardware;
-use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL};
+use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL, TRAVEL_SLACK};
 
 use super::RunArgs;
 
@@ -234,4 +234,51 @@ pub(crate) fn check_contexts(
         shown.len() + more,
         offered
     )
+}
+
+/// Refuses a graph with activities too large to travel to an agent of a
+/// pool (a steal reply carries at most half a network frame): such an
+/// activity would never leave the runner, and wait there forever unless
+/// one of `executors`, the runner's own, can run it. Checked by `run
+/// --pool` and by `submit`, before the job is accepted.
+pub(crate) fn check_travel(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
+    const SHOWN: usize = 10;
+    let limit = NodeConfig::default().largest_activity();
+    let here = MatchTable::new(executors);
+    let too_large = graph.too_large_to_travel(limit, SHOWN + 1, |n| {
+        !here.any_executor_can_run(graph.context(n))
+    });
+    if too_large.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = (too_large.iter().take(SHOWN))
+        .map(|&(n, size)| {
+            format!(
+                "{}: {} is {} encoded, too large to travel to an agent",
+                graph.place(n),
+                graph.id(n),
+                mebibytes(size)
+            )
+        })
+        .collect();
+    bail!(
+        "{}{}
+an activity may take at most {} ({} bytes) to travel to an agent of a pool: half \
+         the largest network frame, less {} KiB kept for what the runner adds; pass large data in \
+         files that the commands read, not in their command line, script or environment",
+        shown.join("\n"),
+        if too_large.len() > SHOWN {
+            "\n... and more"
+        } else {
+            ""
+        },
+        mebibytes(limit - TRAVEL_SLACK),
+        limit - TRAVEL_SLACK,
+        TRAVEL_SLACK / 1024,
+    )
+}
+
+/// `bytes` in MiB, e.g. `32.0 MiB`.
+fn mebibytes(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
