@@ -142,9 +142,11 @@ pub(crate) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<
 
 /// [`check_contexts`] against what the pool's agents and `executors`
 /// offer. A node that has just joined may not know every agent yet (a
-/// job's runner asks for none before it starts): where work is not
-/// offered, it first waits for the member list to settle and checks
-/// again, so that only work no agent offers is refused, and a graph that
+/// job's runner asks for none before it starts, and on a busy machine an
+/// agent's hello can take seconds): where work is not offered, it waits
+/// until this node knows as many members as the pool node does, or the
+/// work fits, at most [`POOL_VIEW_WAIT`], and checks again. So only work
+/// that no agent the pool node knows offers is refused, and a graph that
 /// fits costs no wait.
 pub(crate) fn check_pool_contexts(
     graph: &Graph,
@@ -152,11 +154,36 @@ pub(crate) fn check_pool_contexts(
     executors: &[ExecutorContext],
     hint: &str,
 ) -> anyhow::Result<()> {
-    if check_contexts(graph, &pool_executors(node, executors), hint).is_ok() {
+    let fits = || check_contexts(graph, &pool_executors(node, executors), hint);
+    if fits().is_ok() {
         return Ok(());
     }
-    super::super::settle_members(node);
-    check_contexts(graph, &pool_executors(node, executors), hint)
+    wait_for_pool_view(node, || fits().is_ok());
+    fits()
+}
+
+/// The longest a node that has just joined waits to know the members its
+/// pool node knows before it refuses work that no member it knows offers.
+const POOL_VIEW_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until `fits` says yes, or `node` knows at least as many members
+/// as its pool node does (which counts `node` where this one counts the
+/// pool node), at most [`POOL_VIEW_WAIT`]. Without an answer from the
+/// pool node, it waits for `fits` alone, until the deadline.
+fn wait_for_pool_view(node: &Node, fits: impl Fn() -> bool) {
+    let deadline = Instant::now() + POOL_VIEW_WAIT;
+    let pool_node = (node.members().into_iter()).find(|member| member.master);
+    let known_there = pool_node.and_then(|pool_node| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let status = node.member_status(pool_node.node, left);
+        status.ok().map(|status| status.members_known as usize)
+    });
+    while !fits() && Instant::now() < deadline {
+        if known_there.is_some_and(|there| node.members().len() >= there) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The executors of the embedded pool: `--executors` general ones with the
