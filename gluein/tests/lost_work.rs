@@ -53,13 +53,25 @@ echo 'no agent among my ancestors' >&2; exit 3"#,
     path
 }
 
+/// A pool in `dir` with one more agent than the killer can kill, each
+/// of one executor, all joined: `agent1` to `agent4`, logging to
+/// `dir/agentK.log`.
+fn pool_of_agents(dir: &Path) -> (Guard, Vec<Guard>) {
+    let pool = start_pool(dir);
+    let agents: Vec<Guard> = (1..=ATTEMPTS + 1)
+        .map(|k| spawn_agent(dir, 1, &format!("agent{k}"), &[]))
+        .collect();
+    for k in 1..=ATTEMPTS + 1 {
+        let log_name = format!("agent{k}.log");
+        common::wait_for_log(dir, &log_name, "joined with", Duration::from_secs(60));
+    }
+    (pool, agents)
+}
+
 #[test]
 fn an_activity_lost_on_every_attempt_fails_and_the_run_ends() {
     let dir = scratch("lost-every-attempt");
-    let _pool = start_pool(&dir);
-    let agents: Vec<Guard> = (1..=ATTEMPTS + 1)
-        .map(|k| spawn_agent(&dir, 1, &format!("agent{k}"), &[]))
-        .collect();
+    let (_pool, agents) = pool_of_agents(&dir);
     let graph = killer_graph(&dir);
     let journal_path = dir.join("journal.db");
     let waited = (ATTEMPTS + 1).to_string();
@@ -181,5 +193,41 @@ fn an_activity_too_large_to_travel_is_refused_by_submit_and_by_a_pool_run() {
         !common::text(&jobs).contains("\"big\""),
         "no job was accepted: {}",
         common::text(&jobs)
+    );
+}
+
+/// The same loss in a submitted job: its runner ends, and the job with it,
+/// `failed`, instead of `running 1` with no executor busy, forever.
+#[test]
+fn a_job_whose_activity_is_lost_on_every_attempt_ends_failed() {
+    let dir = scratch("lost-every-attempt-job");
+    let (_pool, agents) = pool_of_agents(&dir);
+    let graph = killer_graph(&dir);
+    let graph = graph.to_str().expect("UTF-8 path");
+    let limit = Duration::from_secs(120);
+    let submit = ["submit", graph, "--pool", "pool.json", "--json"];
+    let submitted = run_within(&dir, &submit, limit);
+    let answer: serde_json::Value = serde_json::from_slice(&submitted.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", common::text(&submitted)));
+    let id = answer["id"].as_u64().expect("the job's id").to_string();
+
+    let wait = ["wait", &id, "--pool", "pool.json", "--timeout", "180s"];
+    let waited = run_within(&dir, &wait, Duration::from_secs(200));
+    drop(agents);
+    let said = common::text(&waited);
+    assert_eq!(waited.status.code(), Some(1), "the job failed: {said}");
+    assert!(said.contains(&format!("job {id} (graph) failed")), "{said}");
+    let job = run_within(&dir, &["job", &id, "--pool", "pool.json", "--json"], limit);
+    let job: serde_json::Value = serde_json::from_slice(&job.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", common::text(&job)));
+    assert_eq!(job["job"]["state"], "failed", "{job:#}");
+    assert_eq!(job["job"]["counts"]["running"], 0, "{job:#}");
+    let killer = (job["activities"].as_array().expect("activities").iter())
+        .find(|a| a["id"] == "killer")
+        .unwrap_or_else(|| panic!("the killer: {job:#}"));
+    assert_eq!(killer["state"], "failed", "{job:#}");
+    assert_eq!(
+        killer["attempts"], ATTEMPTS,
+        "one lost attempt per agent: {job:#}"
     );
 }
