@@ -46,6 +46,6 @@ pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel,
 
 pub use crate::graph::{
     parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, MAX_ID_BYTES,
-    MAX_INSTANCES,
+    MAX_INSTANCES, TRAVEL_SLACK,
 };
 pub use template::{shell_word, Template, TemplateError};

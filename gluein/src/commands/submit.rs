@@ -17,7 +17,7 @@ use gluein::service::{JobSubmission, ServiceRequest, ServiceResponse};
 use graph::Relabel;
 use serde::Serialize;
 
-use super::run::pool::check_pool_contexts;
+use super::run::pool::{check_pool_contexts, check_travel};
 use super::{ask_master, join_as_observer, unexpected_answer, ServiceAddress};
 
 /// Arguments of `constellation submit`.
@@ -89,6 +89,8 @@ pub fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         bail!("--name is empty; leave it out to name the job after its graph file");
     }
     let graph = super::run::load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
+    // Its runner has no executors: every activity must reach an agent.
+    check_travel(&graph, &[])?;
     let submission = submission(&args)?;
     let node = join_as_observer(&args.service.address, "submit", args.service.timeout)?;
     if !args.wait_for_labels {

@@ -45,8 +45,8 @@ use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 use census::Census;
 use executions::Executions;
 use pool::{
-    check_contexts, check_pool_contexts, executor_contexts, join_pool, local_pool, unoffered,
-    Runner,
+    check_contexts, check_pool_contexts, check_travel, executor_contexts, join_pool, local_pool,
+    unoffered, Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
 use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
@@ -194,6 +194,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
     let graph = load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
     let executors = executor_contexts(&args)?;
+    if args.pool.is_some() {
+        check_travel(&graph, &executors)?;
+    }
     let node = match &args.pool {
         Some(pool) => Some(join_pool(pool, &args, &executors)?),
         None => None,
@@ -342,6 +345,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 recorder.take(&graph, event_report(event)?);
             }
             if let Runner::Node(node) = &runner {
+                // Work the pool gave up never reports: its node fails,
+                // and what runs after it is cancelled.
+                for (activity, reason) in node.take_lost() {
+                    Coordinator::given_up(pool, coordinator, activity, format!("lost: {reason}"));
+                }
                 if let Some(executions) = &mut recorder.executions {
                     executions.check_members(node);
                 }

@@ -174,7 +174,7 @@ pub(super) fn update_for(
             message: Some(format!("{} failed", graph.id(*because))),
             attempts: Vec::new(),
         },
-        NodeReport::Refused { reason, .. } => ActivityUpdate {
+        NodeReport::Refused { reason, .. } | NodeReport::Lost { reason, .. } => ActivityUpdate {
             activity,
             state: ActivityState::Failed,
             message: Some(reason.clone()),
