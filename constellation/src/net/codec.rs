@@ -390,6 +390,7 @@ mod tests {
                     id: ActivityId::new(node, 9),
                     reason: "unknown type".to_string(),
                 },
+                Notice::LootTaken { request: 17 },
             ])),
             envelope(Message::Notices(Vec::new())),
             envelope(Message::Leaving),
