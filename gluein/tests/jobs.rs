@@ -544,10 +544,11 @@ fn job_and_report_read_the_jobs_journal() {
     assert!(report.status.success(), "{}", text(&report));
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
     assert_eq!(report["run"]["status"], "succeeded", "{report}");
+    // The run ran the job's copy of quick.toml, kept at submit.
     assert!(
         report["run"]["graph_path"]
             .as_str()
-            .is_some_and(|path| path.ends_with("quick.toml")),
+            .is_some_and(|path| path.ends_with(&format!("pool.state/jobs/{id}/graph.toml"))),
         "{report}"
     );
     assert_eq!(report["bars"].as_array().map(Vec::len), Some(4), "{report}");
@@ -738,6 +739,25 @@ fn a_queued_job_runs_its_files_as_submitted_not_as_edited_since() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "{}", kept.display());
+    // Kept once: the journal has its digest, not its text again.
+    use sha2::Digest as _;
+    let digest: String = sha2::Sha256::digest(std::fs::read(&kept).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sources = Journal::open_read_only(&journal)
+        .unwrap()
+        .sources(1)
+        .unwrap();
+    assert_eq!(
+        sources.len(),
+        2,
+        "the graph and its sweep file: {sources:?}"
+    );
+    assert!(
+        sources[0].1.ends_with(&format!("sha256 {digest}")),
+        "{sources:?}"
+    );
 }
 
 #[test]

@@ -297,3 +297,20 @@ pub(crate) fn parse_byte_size(text: &str) -> Result<u64, String> {
     };
     number.checked_mul(1 << shift).ok_or_else(bad)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_sizes_read_as_people_write_them() {
+        use super::parse_byte_size as size;
+        assert_eq!(size("1000000"), Ok(1_000_000));
+        assert_eq!(size("64MiB"), Ok(64 << 20));
+        assert_eq!(size("200M"), Ok(200 << 20));
+        assert_eq!(size("1k"), Ok(1024));
+        assert_eq!(size("2 GB"), Ok(2 << 30));
+        for bad in ["", "MiB", "1.5M", "-1", "3 parsecs", "99999999999999T"] {
+            let error = size(bad).unwrap_err();
+            assert!(error.contains("is not a size like"), "{bad}: {error}");
+        }
+    }
+}

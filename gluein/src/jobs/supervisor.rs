@@ -165,6 +165,7 @@ impl JobService {
         std::fs::create_dir_all(&jobs_dir)
             .with_context(|| format!("cannot create {}", jobs_dir.display()))?;
         let owner = claim_state_dir(&config.state_dir)?;
+        IncomingFiles::remove_stale(&jobs_dir);
         let store = JobStore::open(&config.state_dir)?;
         let shared = Arc::new(Shared {
             config,
@@ -813,7 +814,7 @@ impl IncomingFiles {
         use std::os::unix::fs::DirBuilderExt as _;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = jobs.join(format!(".incoming-{}-{n}", std::process::id()));
+        let dir = jobs.join(format!("{INCOMING}{}-{n}", std::process::id()));
         // A folder left by a pool node killed mid-submit: its job was never
         // stored, and this name is ours now.
         let _ = std::fs::remove_dir_all(&dir);
@@ -825,6 +826,20 @@ impl IncomingFiles {
             dir,
             placed: std::cell::Cell::new(false),
         })
+    }
+
+    /// Removes the folders of submits that a pool node killed mid-submit
+    /// left: their jobs were never stored. Called with the state
+    /// directory's lock held, so no submit of another node is under way.
+    fn remove_stale(jobs: &Path) {
+        let Ok(entries) = std::fs::read_dir(jobs) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(INCOMING) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 
     /// Where the sweep files go.
@@ -879,6 +894,9 @@ impl Drop for IncomingFiles {
         }
     }
 }
+
+/// How the name of a folder of [`IncomingFiles`] begins.
+const INCOMING: &str = ".incoming-";
 
 /// Where a job keeps its sweep files, under its folder.
 const KEPT_SWEEPS: &str = "sweeps";

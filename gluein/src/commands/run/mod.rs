@@ -48,7 +48,10 @@ use pool::{
     Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
-use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
+use record::{
+    declare, graph_hash, journaled_sources, open_journal, plan_skips, update_for, NodeNames,
+    Recording,
+};
 
 /// Arguments of `constellation run`.
 #[derive(Args)]
@@ -150,7 +153,9 @@ pub struct RunArgs {
     max_graph_size: u64,
     /// For the job service: sweep files are read from DIR, where the pool
     /// node keeps the job's copy of each (named by `graph::kept_sweep_name`),
-    /// not beside the graph file. Hidden, like --job-progress.
+    /// not beside the graph file; and since the pool node keeps them, the
+    /// journal stores each source's SHA-256 rather than its text. Hidden,
+    /// like --job-progress.
     #[arg(long, value_name = "DIR", hide = true)]
     kept_sweeps: Option<PathBuf>,
 }
@@ -258,7 +263,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         host: host.clone(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: output_dir.display().to_string(),
-        sources: graph.sources().to_vec(),
+        sources: journaled_sources(&graph, args.kept_sweeps.is_some()),
     })?;
     // On a pool every node is named by host and id: two agents on one
     // host are two nodes. This process's own executors are one of them.
