@@ -126,9 +126,17 @@ impl JobStore {
     /// Opens the job journal at `path`, creating it if missing, with
     /// jobs' directories under `jobs_dir`.
     pub fn open_at(path: &Path, jobs_dir: &Path) -> anyhow::Result<JobStore> {
-        let existed = path.exists();
         let conn = Connection::open(path)
             .with_context(|| format!("cannot open the job journal {}", path.display()))?;
+        // A file without a single table is new: one a pool node killed
+        // between creating the file and its schema left (empty, or with
+        // only SQLite's header). It is made a job journal here, rather
+        // than refused at every start from then on.
+        let existed = conn
+            .query_row("SELECT count(*) > 0 FROM sqlite_master", [], |row| {
+                row.get(0)
+            })
+            .with_context(|| format!("{} is not a job journal", path.display()))?;
         let store = JobStore {
             conn,
             path: path.to_path_buf(),
@@ -609,6 +617,28 @@ mod tests {
             store.list(true).unwrap().len(),
             3,
             "a job whose files failed is not stored"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_a_killed_pool_node_left_becomes_a_job_journal() {
+        let dir = scratch("empty");
+        std::fs::write(dir.join(JOBS_DB), "").unwrap();
+        let mut store = JobStore::open(&dir).expect("an empty file is a new journal");
+        assert_eq!(
+            store.submit(&submission("g", 0), "g", 1, no_files).unwrap(),
+            1
+        );
+        let other = dir.join("garbage.db");
+        std::fs::write(
+            &other,
+            "not a database at all, but some text of a fair length",
+        )
+        .unwrap();
+        let error = JobStore::open_at(&other, &dir).err().expect("refused");
+        assert!(
+            format!("{error:#}").contains("not a job journal"),
+            "{error:#}"
         );
     }
 }
