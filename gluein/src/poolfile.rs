@@ -62,21 +62,29 @@ impl PoolFile {
         write_private(path, text.as_bytes())
     }
 
-    /// Reads a pool file.
+    /// Reads a pool file: a regular file of at most
+    /// [`MAX_POOL_FILE_BYTES`] (a FIFO or `/dev/zero` given as `--pool`
+    /// must neither hang the reader nor fill its memory).
     pub fn load(path: &Path) -> anyhow::Result<PoolFile> {
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            let hint = match error.kind() {
-                io::ErrorKind::PermissionDenied => {
-                    "the pool file (mode 0600) and the pool key are readable only by the user \
+        let limit = "; a pool file is a few hundred bytes of JSON written by `pool start`";
+        let text = graph::read_bounded(path, "pool file", MAX_POOL_FILE_BYTES, limit).map_err(
+            |message| {
+                // Why it could not be opened, without blocking on a FIFO.
+                let opened = OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(path);
+                let hint = match opened.err().map(|error| error.kind()) {
+                    Some(io::ErrorKind::PermissionDenied) => {
+                        "the pool file (mode 0600) and the pool key are readable only by the user \
                      who started the pool, and whoever joins the pool must be able to read both"
-                }
-                _ => "start a pool with `constellation pool start`",
-            };
-            anyhow::anyhow!(
-                "cannot read the pool file {}: {error}; {hint}",
-                path.display()
-            )
-        })?;
+                    }
+                    Some(_) => "start a pool with `constellation pool start`",
+                    None => return anyhow::anyhow!("{message}"),
+                };
+                anyhow::anyhow!("{message}; {hint}")
+            },
+        )?;
         serde_json::from_str(&text)
             .with_context(|| format!("{} is not a pool file", path.display()))
     }
@@ -333,6 +341,10 @@ const LISTEN_FILE: &str = "listen";
 const LOCK_FILE: &str = "lock";
 /// No identity file is anywhere near this long; a longer one is a mistake.
 const MAX_IDENTITY_LEN: u64 = 4096;
+
+/// The most bytes a pool file may have: one is a few hundred bytes of
+/// JSON (addresses, a key path, an id), so this leaves room to spare.
+pub const MAX_POOL_FILE_BYTES: u64 = 64 * 1024;
 
 impl StateDir {
     /// The default state directory of `pool_file`: `<stem>.state` beside it

@@ -68,7 +68,16 @@ fn ask(dir: &Path, request: &ServiceRequest) -> Result<ServiceResponse, String> 
 
 /// Submits the graph `graph` from `dir`, named `name`; returns its id.
 fn submit(dir: &Path, graph: &Path, name: &str) -> u64 {
-    let job = JobSubmission {
+    match ask(dir, &ServiceRequest::Submit(submission(dir, graph, name))) {
+        Ok(ServiceResponse::Submitted { id }) => id,
+        other => panic!("not submitted: {other:?}\npool: {}", log(dir, "pool.log")),
+    }
+}
+
+/// The graph `graph` from `dir`, named `name`, as a client submits it
+/// with paths only.
+fn submission(dir: &Path, graph: &Path, name: &str) -> JobSubmission {
+    JobSubmission {
         graph: graph.to_path_buf(),
         cwd: dir.to_path_buf(),
         name: Some(name.to_string()),
@@ -77,10 +86,8 @@ fn submit(dir: &Path, graph: &Path, name: &str) -> u64 {
         priority: 0,
         wait_for_labels: false,
         submitter: "tester@loopback".to_string(),
-    };
-    match ask(dir, &ServiceRequest::Submit(job)) {
-        Ok(ServiceResponse::Submitted { id }) => id,
-        other => panic!("not submitted: {other:?}\npool: {}", log(dir, "pool.log")),
+        files: None,
+        token: None,
     }
 }
 
@@ -558,4 +565,45 @@ fn a_runner_killed_alone_is_resumed_and_every_execution_journaled() {
 #[test]
 fn a_runner_killed_with_its_pool_node_is_resumed_and_every_execution_journaled() {
     a_killed_runner_is_resumed_and_every_execution_journaled("jobs-runner-and-pool-killed", true);
+}
+
+#[test]
+fn a_submit_sent_again_with_its_token_gets_its_job_back_also_after_a_kill_9() {
+    let dir = scratch("jobs-restart-token");
+    let mut pool = start_pool(&dir);
+    let graph = counted_sleepers(&dir, 1, 0.1);
+    // No agent: each job ends at once, refused by its runner, and leaves
+    // no runner behind the kill below.
+    let submitted = |token: &str| {
+        let job = JobSubmission {
+            token: Some(token.to_string()),
+            ..submission(&dir, &graph, "once")
+        };
+        match ask(&dir, &ServiceRequest::Submit(job)) {
+            Ok(ServiceResponse::Submitted { id }) => id,
+            other => panic!("not submitted: {other:?}\npool: {}", log(&dir, "pool.log")),
+        }
+    };
+    let first = submitted("a-token");
+    // The answer to this try was, say, lost: the client sends it again.
+    assert_eq!(submitted("a-token"), first, "one job for one token");
+    let other = submitted("another-token");
+    assert_ne!(other, first);
+    for id in [first, other] {
+        wait_for_end(&dir, id, &["pool.log"]);
+    }
+
+    // The token is kept with the job: a pool node killed and started
+    // again on its state directory still knows it.
+    pool.0.kill().expect("kill -9 the pool node");
+    pool.0.wait().expect("reap the pool node");
+    let _pool = start_pool_with(&dir, &[], "pool-again.log");
+    assert_eq!(submitted("a-token"), first, "the token survives a restart");
+    let jobs = match ask(&dir, &ServiceRequest::Jobs { all: true }) {
+        Ok(ServiceResponse::Jobs { jobs }) => jobs,
+        other => panic!("{other:?}"),
+    };
+    let mut ids: Vec<u64> = jobs.iter().map(|job| job.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![first, other], "no duplicate");
 }

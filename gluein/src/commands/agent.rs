@@ -74,8 +74,14 @@ site:NAME, gpu...) after yours, and `anywhere` last.")]
 pub struct AgentArgs {
     #[command(flatten)]
     address: super::PoolAddress,
-    /// Executors (each runs one activity at a time). Default: one per core.
-    #[arg(long, short = 'n', env = "CONSTELLATION_EXECUTORS")]
+    /// Executors (each runs one activity at a time), at least 1. Default:
+    /// one per core.
+    #[arg(
+        long,
+        short = 'n',
+        env = "CONSTELLATION_EXECUTORS",
+        value_parser = super::pool::at_least_one
+    )]
     executors: Option<usize>,
     /// Labels put first on every executor, comma separated, e.g. `big,site:vu`.
     #[arg(long, value_name = "LABELS")]
@@ -148,6 +154,8 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let hardware = Hardware::probe(args.site.as_deref());
     let user = super::user_labels(args.context.as_deref())?;
+    // A machine whose core count reads as 0 still gets one executor;
+    // `-n 0` is refused by its parser.
     let count = args.executors.unwrap_or(hardware.cores).max(1);
     let config = NodeConfig {
         listen: listen

@@ -45,7 +45,7 @@ use crate::template::Template;
 use deps::{Csr, Group};
 pub use errors::{GraphError, GraphErrors};
 pub(crate) use fields::glob_match;
-pub use fields::{parse_context, parse_duration, MAX_ID_BYTES};
+pub use fields::{check_printable, parse_context, parse_duration, MAX_ID_BYTES};
 pub use size::TRAVEL_SLACK;
 
 /// Instances one entry may expand into; a sweep beyond this is a typo more

@@ -49,7 +49,10 @@ use pool::{
     unoffered, Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
-use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
+use record::{
+    declare, graph_hash, journaled_sources, open_journal, plan_skips, update_for, NodeNames,
+    Recording,
+};
 
 /// Arguments of `constellation run`.
 #[derive(Args)]
@@ -145,6 +148,17 @@ pub struct RunArgs {
     /// labels joins or is relabelled. Hidden, like --job-progress.
     #[arg(long, hide = true, requires = "pool")]
     wait_for_labels: bool,
+    /// The most bytes the graph file, a sweep file or the context file may
+    /// have (e.g. `64MiB`, `200M`, `1000000`); each must be a regular file.
+    #[arg(long, default_value = "64MiB", value_parser = super::parse_byte_size, value_name = "SIZE")]
+    max_graph_size: u64,
+    /// For the job service: sweep files are read from DIR, where the pool
+    /// node keeps the job's copy of each (named by `graph::kept_sweep_name`),
+    /// not beside the graph file; and since the pool node keeps them, the
+    /// journal stores each source's SHA-256 rather than its text. Hidden,
+    /// like --job-progress.
+    #[arg(long, value_name = "DIR", hide = true)]
+    kept_sweeps: Option<PathBuf>,
 }
 
 /// Where the commands' output goes.
@@ -192,7 +206,16 @@ impl ProgressMode {
 /// for good.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
-    let graph = load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
+    let options = graph::LoadOptions {
+        max_bytes: args.max_graph_size,
+        kept_sweeps: args.kept_sweeps.clone(),
+    };
+    let (graph, _) = load_graph(
+        &args.graph,
+        args.context_file.as_deref(),
+        &args.relabel,
+        &options,
+    )?;
     let executors = executor_contexts(&args)?;
     if args.pool.is_some() {
         check_travel(&graph, &executors)?;
@@ -244,7 +267,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         host: host.clone(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: output_dir.display().to_string(),
-        sources: graph.sources().to_vec(),
+        sources: journaled_sources(&graph, args.kept_sweeps.is_some()),
     })?;
     // On a pool every node is named by host and id: two agents on one
     // host are two nodes. This process's own executors are one of them.
@@ -573,18 +596,28 @@ struct ReExecutionsJson {
 /// Loads the graph file at `path` and retargets it with the context file
 /// and the `--relabel` rules, as `run` and `submit` do, saying what the
 /// rules changed or did not match. Graph errors are listed as
-/// `file:line:column: ...`, with their count.
+/// `file:line:column: ...`, with their count. Every file is read within
+/// `options` ([`graph::read_bounded`]). Returns the graph and the context
+/// file's text, as read.
 pub(crate) fn load_graph(
     path: &Path,
     context_file: Option<&Path>,
     relabel: &[Relabel],
-) -> anyhow::Result<Graph> {
-    let mut graph = Graph::load(path).map_err(|errors| {
+    options: &graph::LoadOptions,
+) -> anyhow::Result<(Graph, Option<String>)> {
+    let mut graph = Graph::load_with(path, options).map_err(|errors| {
         anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
     })?;
-    let rules = match context_file {
-        Some(path) => graph::read_context_file(path).map_err(anyhow::Error::msg)?,
-        None => Vec::new(),
+    let (rules, context_text) = match context_file {
+        Some(path) => {
+            let text =
+                graph::read_bounded(path, "context file", options.max_bytes, graph::RAISE_LIMIT)
+                    .map_err(anyhow::Error::msg)?;
+            let rules = graph::parse_context_rules(&text)
+                .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+            (rules, Some(text))
+        }
+        None => (Vec::new(), None),
     };
     let retargeted = graph.retarget(&rules, relabel);
     for warning in &retargeted.unused {
@@ -593,7 +626,7 @@ pub(crate) fn load_graph(
     if retargeted.changed > 0 {
         eprintln!("retargeted {} activities", retargeted.changed);
     }
-    Ok(graph)
+    Ok((graph, context_text))
 }
 
 /// What `run` suggests when work can run on no executor it has.

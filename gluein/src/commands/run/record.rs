@@ -65,6 +65,28 @@ pub(super) fn graph_hash(graph: &Graph, hashes: &[u64]) -> String {
     hex(&digest.finalize())
 }
 
+/// The sources a run journals: the graph file and its sweep files as
+/// read, each by its text; or, for a job's runner (`kept`, its files kept
+/// by the pool node in the job's folder), each by [`KEPT_SOURCE`] and the
+/// SHA-256 of its text, so that a job's graph is stored once, in its
+/// folder, and not again in its journal at every run.
+pub(super) fn journaled_sources(graph: &Graph, kept: bool) -> Vec<(String, String)> {
+    let sources = graph.sources();
+    if !kept {
+        return sources.to_vec();
+    }
+    (sources.iter())
+        .map(|(name, text)| {
+            let digest = hex(&Sha256::digest(text.as_bytes()));
+            (name.clone(), format!("{KEPT_SOURCE}{digest}"))
+        })
+        .collect()
+}
+
+/// How a journal's source row begins when the file is kept in the job's
+/// folder rather than in the journal; the text's SHA-256 follows.
+const KEPT_SOURCE: &str = "kept in the job's folder by the pool node; sha256 ";
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
