@@ -529,3 +529,68 @@ fn listening_off_loopback_without_a_key_is_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("pre-shared key"), "{stderr}");
 }
+
+/// How long the survivors of a `kill -9` may take to give the dead node
+/// up before this counts as broken: SWIM alone (probes every 1.5 s, a 3 s
+/// failure timeout, a grace of one probe period) takes up to about 8.5 s
+/// in a pool of three; this is a bound on a busy machine, not the measure.
+const GIVEN_UP_WITHIN: Duration = Duration::from_secs(30);
+
+/// A node killed with SIGKILL: the kernel closes its connections, and a
+/// dial to it is refused, so the survivors suspect it at once instead of
+/// at their next failed probe. Prints how long they took (run with
+/// `--nocapture`); asserts only a generous bound.
+#[test]
+fn a_killed_node_is_given_up_soon_after_its_connections_close() {
+    use constellation::net::{Node, NodeConfig};
+    let observer = |bootstrap: Vec<libp2p::Multiaddr>| {
+        let config = NodeConfig {
+            bootstrap,
+            ..NodeConfig::default()
+        };
+        Node::start(config, constellation::Pool::builder().executors(1)).expect("a node starts")
+    };
+    let first = observer(Vec::new());
+    let second = observer(vec![first.join_address()]);
+    let address = first.join_address().to_string();
+    let mut victim = Proc::start("victim", &["--bootstrap", &address, "--executors", "1"]);
+    let listening = victim.expect("listening", LONG);
+    let victim_node = listening["node"].as_str().expect("node").to_string();
+    let observers = [&first, &second];
+    let lists_victim =
+        |node: &Node| (node.members().iter()).any(|member| member.node.to_string() == victim_node);
+    let deadline = Instant::now() + LONG;
+    while !observers
+        .iter()
+        .all(|node| node.members().len() == 2 && lists_victim(node))
+    {
+        assert!(Instant::now() < deadline, "the pool of three never formed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    victim.child.kill().expect("kill -9");
+    let killed = Instant::now();
+    let mut down = None;
+    let given_up = loop {
+        let elapsed = killed.elapsed();
+        if down.is_none() && !observers.iter().any(|node| lists_victim(node)) {
+            down = Some(elapsed);
+        }
+        if observers.iter().all(|node| node.stats().dead_members >= 1) {
+            break elapsed;
+        }
+        assert!(
+            elapsed < GIVEN_UP_WITHIN,
+            "the killed node was not given up within {GIVEN_UP_WITHIN:?} (no longer listed after {down:?})"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let down = down.unwrap_or(given_up);
+    println!(
+        "a killed node: no longer listed by both survivors after {:.2} s, given up (its work \
+         queued again) after {:.2} s",
+        down.as_secs_f64(),
+        given_up.as_secs_f64()
+    );
+    first.leave();
+    second.leave();
+}

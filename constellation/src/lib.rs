@@ -19,6 +19,8 @@
 //!   libp2p and tokio. Without it (`default-features = false`) the crate
 //!   builds the model, the core, the local driver, the node protocol and
 //!   the simulator, and pulls in no async runtime or network stack.
+//! - `fuzzing` (off): `constellation::fuzz`, the stable fuzzer that the fuzz tests of
+//!   other crates use (this crate's own tests have it anyway).
 //!
 //! Start with [`Pool`] and the example in [`local`].
 
@@ -29,6 +31,8 @@ pub mod collect;
 pub mod context;
 pub mod core;
 pub mod event;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod id;
 pub mod local;
 #[cfg(feature = "net")]

@@ -256,3 +256,69 @@ fn a_timeout_ends_a_command_whose_background_child_holds_the_pipe() {
     assert!(!results[0].is_success());
     assert_eq!(results[0].stdout.text().unwrap(), "started\n");
 }
+
+/// A tmpfs of `kib` KiB mounted on `dir`, unmounted when dropped; `None`
+/// (the caller skips, saying why) where this process may not mount.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, kib: u64) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then(|| SmallDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A stream write that fails (the disk is full) fails the attempt, with
+/// the reason and the command's own status, even though the command
+/// exited 0; the stream file stays readable for the attempts after it.
+#[test]
+fn a_stream_write_that_fails_fails_the_attempt() {
+    let dir = scratch("full");
+    let streams = dir.join("streams");
+    let Some(_disk) = SmallDisk::mount(&streams, 64) else {
+        eprintln!("skipped: cannot mount a small tmpfs here (not root?)");
+        return;
+    };
+    let results = run(vec![streamed(
+        "head -c 1048576 /dev/zero",
+        "too-much",
+        &streams,
+    )]);
+    let lost = &results[0];
+    assert!(!lost.is_success(), "{:?}", lost.outcome);
+    let reason = lost.outcome.to_string();
+    assert!(
+        reason.starts_with("lost its output: cannot write to the output stream file")
+            && reason.contains("No space left on device")
+            && reason.ends_with("; the command exited with status 0"),
+        "{reason}"
+    );
+    assert_eq!(
+        (&lost.stdout, &lost.stderr),
+        (&Output::Discarded, &Output::Discarded)
+    );
+    // After it, once its records are cut away, output fits again.
+    let small = &run(vec![streamed("echo fits", "small", &streams)])[0];
+    assert!(small.is_success(), "{:?}", small.outcome);
+    assert_eq!(small.stdout.text().unwrap(), "fits\n");
+    for file in files_in(&streams) {
+        let scan = stream::scan(&streams.join(file)).unwrap();
+        assert!(
+            scan.stopped.is_none(),
+            "whole records only: {:?}",
+            scan.stopped
+        );
+    }
+}

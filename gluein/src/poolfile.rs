@@ -64,7 +64,9 @@ impl PoolFile {
 
     /// Reads a pool file, if this user may trust it (see the `trust`
     /// crate): a pool file another user planted would send this node to
-    /// that user's pool, to run that user's work.
+    /// that user's pool, to run that user's work. It must be a regular
+    /// file of at most [`MAX_POOL_FILE_BYTES`]: a FIFO or `/dev/zero`
+    /// given as `--pool` must neither hang the reader nor fill its memory.
     pub fn load(path: &Path) -> anyhow::Result<PoolFile> {
         let file = trust::open_trusted(path, trust::Access::Read).map_err(|error| match error {
             trust::TrustError::Refused(refusal) => anyhow::Error::new(refusal),
@@ -72,8 +74,17 @@ impl PoolFile {
         })?;
         let mut text = String::new();
         (&file)
+            .take(MAX_POOL_FILE_BYTES + 1)
             .read_to_string(&mut text)
             .map_err(|source| unreadable_pool_file(path, source))?;
+        if text.len() as u64 > MAX_POOL_FILE_BYTES {
+            let size = file.metadata().map_or(text.len() as u64, |m| m.len());
+            bail!(
+                "the pool file {} has {size} bytes, over the limit of {MAX_POOL_FILE_BYTES} bytes; \
+                 a pool file is a few hundred bytes of JSON written by `pool start`",
+                path.display()
+            );
+        }
         serde_json::from_str(&text)
             .with_context(|| format!("{} is not a pool file", path.display()))
     }
@@ -346,6 +357,10 @@ const LISTEN_FILE: &str = "listen";
 const LOCK_FILE: &str = "lock";
 /// No identity file is anywhere near this long; a longer one is a mistake.
 const MAX_IDENTITY_LEN: u64 = 4096;
+
+/// The most bytes a pool file may have: one is a few hundred bytes of
+/// JSON (addresses, a key path, an id), so this leaves room to spare.
+pub const MAX_POOL_FILE_BYTES: u64 = 64 * 1024;
 
 impl StateDir {
     /// The default state directory of `pool_file`: `<stem>.state` beside it

@@ -69,6 +69,41 @@ pub struct JobSubmission {
     pub wait_for_labels: bool,
     /// Who submitted it: `user@host`.
     pub submitter: String,
+    /// The graph as `submit` read it, with the files it names: the pool
+    /// node keeps this copy in the job's folder and the job runs it, so
+    /// that editing the files after `submit` does not change the job.
+    /// `None` from a client that sends only paths: the pool node then
+    /// reads them itself, at submit.
+    #[serde(default)]
+    pub files: Option<Box<SubmittedFiles>>,
+    /// A random token `submit` makes once per invocation and sends with
+    /// every try: a job service that already has a job with this token
+    /// answers with that job instead of making another, so that a try
+    /// whose answer was lost can be made again.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// The files of a job, as `submit` read them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmittedFiles {
+    /// The graph file's text.
+    pub graph: String,
+    /// Each sweep `file`, by the name the graph gives it, and its text.
+    pub sweeps: Vec<(String, String)>,
+    /// The `--context-file`'s text, if one was given.
+    pub context: Option<String>,
+}
+
+/// The longest job name, in bytes, as for an activity id: a name is for
+/// a person to read in `jobs`, and a longer one is data in the wrong place.
+pub const MAX_JOB_NAME_BYTES: usize = 200;
+
+/// Why `name` cannot name a job: empty, longer than
+/// [`MAX_JOB_NAME_BYTES`], or holding a control character (which would
+/// reach every terminal that lists the pool's jobs).
+pub fn check_job_name(name: &str) -> Result<(), String> {
+    graph::check_printable(name, "job name", MAX_JOB_NAME_BYTES)
 }
 
 /// The answer to a [`ServiceRequest`]. A refusal (bad request, unknown

@@ -209,6 +209,20 @@ fn an_agent_kills_the_commands_of_a_runner_killed_with_sigkill() {
     let dir = scratch("cancel-on-agents-kill9");
     let _cleanup = KillRecorded(dir.clone());
     let (_pool, mut agent, mut runner, pids) = two_running_on_the_agent(&dir);
+    // Each start is journaled as it is reported, within one commit (50
+    // ms): killed after that, the runner leaves both in its journal.
+    let journal_path = dir.join("journal.db");
+    let journaled = || {
+        Journal::open_read_only(&journal_path)
+            .and_then(|journal| journal.attempts(None))
+            .unwrap_or_default()
+    };
+    wait_while_running(
+        &mut runner,
+        Duration::from_secs(30),
+        || (journaled().len() >= pids.len()).then_some(()),
+        || format!("the starts in the journal: {:?}", journaled()),
+    );
 
     runner.0.kill().unwrap();
     let _ = runner.0.wait();
@@ -232,6 +246,14 @@ fn an_agent_kills_the_commands_of_a_runner_killed_with_sigkill() {
         pids,
         "work of the dead runner started after it was cancelled:\n{}",
         log(&dir, "alpha.log")
+    );
+    // Every execution is an attempt, lost with the runner that heard of
+    // its start and of nothing after.
+    let attempts = journaled();
+    assert_eq!(attempts.len(), recorded_pids(&dir).len(), "{attempts:#?}");
+    assert!(
+        attempts.iter().all(|a| a.outcome == journal::LOST),
+        "{attempts:#?}"
     );
     assert!(
         agent.0.try_wait().unwrap().is_none(),

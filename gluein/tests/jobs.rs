@@ -544,10 +544,11 @@ fn job_and_report_read_the_jobs_journal() {
     assert!(report.status.success(), "{}", text(&report));
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
     assert_eq!(report["run"]["status"], "succeeded", "{report}");
+    // The run ran the job's copy of quick.toml, kept at submit.
     assert!(
         report["run"]["graph_path"]
             .as_str()
-            .is_some_and(|path| path.ends_with("quick.toml")),
+            .is_some_and(|path| path.ends_with(&format!("pool.state/jobs/{id}/graph.toml"))),
         "{report}"
     );
     assert_eq!(report["bars"].as_array().map(Vec::len), Some(4), "{report}");
@@ -567,4 +568,289 @@ fn job_and_report_read_the_jobs_journal() {
         })
         .collect();
     assert!(runners.is_empty(), "runners left: {runners:?}");
+}
+
+/// How long a refusal of bad input may take: no read of it may block or
+/// grow without bound, so this is time to start the binary, on a loaded
+/// machine, and nothing more.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(30);
+
+/// `constellation ARGS` in `dir` that must fail within [`REFUSAL_LIMIT`]:
+/// its stderr, after checking it names every one of `named`.
+fn refused(dir: &Path, args: &[&str], named: &[&str]) -> String {
+    let output = run_within(dir, args, REFUSAL_LIMIT);
+    let said = text(&output);
+    assert!(!output.status.success(), "accepted: {said}");
+    for name in named {
+        assert!(said.contains(name), "no {name:?} in: {said}");
+    }
+    said
+}
+
+/// A FIFO at `path`, which nothing writes to.
+fn fifo(path: &Path) {
+    let name = std::ffi::CString::new(path.to_str().expect("UTF-8 path")).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+#[test]
+fn graph_context_sweep_and_pool_files_are_bounded_regular_files() {
+    let (dir, _sweep) = setup("jobs-bounded-input");
+    fifo(&dir.join("fifo.toml"));
+    let good = graph(&dir, "good", 1, "true");
+    let good = good.to_str().unwrap();
+
+    // A device and a FIFO are refused before a byte is read: no read of
+    // /dev/zero growing to gigabytes, no open that waits for a writer.
+    refused(
+        &dir,
+        &["run", "/dev/zero"],
+        &["/dev/zero is a character device"],
+    );
+    for graph in ["/dev/zero", "fifo.toml"] {
+        refused(
+            &dir,
+            &["submit", graph, "--pool", "pool.json", "--timeout", "2s"],
+            &[graph, "give a regular file"],
+        );
+    }
+    refused(
+        &dir,
+        &["run", good, "--context-file", "/dev/zero"],
+        &["the context file /dev/zero is a character device"],
+    );
+    refused(
+        &dir,
+        &[
+            "submit",
+            good,
+            "--context-file",
+            "fifo.toml",
+            "--pool",
+            "pool.json",
+        ],
+        &["the context file fifo.toml is a FIFO"],
+    );
+    refused(
+        &dir,
+        &["jobs", "--pool", "/dev/zero"],
+        &["/dev/zero", "a character device"],
+    );
+    refused(
+        &dir,
+        &["jobs", "--pool", "fifo.toml"],
+        &["fifo.toml", "a FIFO"],
+    );
+    let swept = dir.join("swept.toml");
+    std::fs::write(
+        &swept,
+        "[[activity]]\nid = \"s-{n}\"\nfor = { n = { file = \"fifo.toml\" } }\nscript = \"true\"\n",
+    )
+    .unwrap();
+    refused(
+        &dir,
+        &["run", swept.to_str().unwrap()],
+        &["sweep file", "fifo.toml is a FIFO"],
+    );
+
+    // A regular file over the limit: its name, its size and the limit.
+    let big = dir.join("big.toml");
+    let mut text = std::fs::read_to_string(good).unwrap();
+    text.push_str(&format!("# {}\n", "x".repeat(2048)));
+    std::fs::write(&big, &text).unwrap();
+    let size = text.len().to_string();
+    refused(
+        &dir,
+        &["run", big.to_str().unwrap(), "--max-graph-size", "1KiB"],
+        &[
+            "big.toml",
+            &format!("{size} bytes"),
+            "1024 bytes",
+            "--max-graph-size",
+        ],
+    );
+    refused(
+        &dir,
+        &[
+            "submit",
+            "big.toml",
+            "--max-graph-size",
+            "1K",
+            "--pool",
+            "pool.json",
+        ],
+        &["big.toml", &format!("{size} bytes"), "1024 bytes"],
+    );
+    let pool_file = dir.join("huge-pool.json");
+    std::fs::write(&pool_file, " ".repeat(100 * 1024)).unwrap();
+    refused(
+        &dir,
+        &["jobs", "--pool", "huge-pool.json"],
+        &["huge-pool.json", "102400 bytes", "65536 bytes"],
+    );
+}
+
+#[test]
+fn a_queued_job_runs_its_files_as_submitted_not_as_edited_since() {
+    let (dir, _sweep) = setup("jobs-graph-copied");
+    let _pool = start_pool(&dir, &["--max-jobs", "1"], "pool.log");
+    let _agent = start_agent(&dir, 1);
+    // The first job holds the only slot until `release` exists.
+    let blocking = graph(
+        &dir,
+        "blocking",
+        1,
+        "while [ ! -e release ]; do sleep 0.1; done",
+    );
+    let first = submit(&dir, &blocking, &[]);
+    let copied = dir.join("copied.toml");
+    std::fs::write(dir.join("n.txt"), "1\n").unwrap();
+    std::fs::write(
+        &copied,
+        "[[activity]]\nid = \"c-{n}\"\nfor = { n = { file = \"n.txt\" } }\n\
+         script = \"echo submitted-{n} >> said.txt\"\n",
+    )
+    .unwrap();
+    let second = submit(&dir, &copied, &[]);
+    assert_eq!(job(&dir, second)["job"]["state"], "queued");
+    // Edited after submit: the command, and the sweep's values.
+    std::fs::write(
+        &copied,
+        "[[activity]]\nid = \"c-{n}\"\nfor = { n = { file = \"n.txt\" } }\n\
+         script = \"echo edited-{n} >> said.txt\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("n.txt"), "1\n2\n3\n").unwrap();
+    std::fs::write(dir.join("release"), "").unwrap();
+
+    let waited = wait(&dir, &[first, second], &["--timeout", "200s"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    let said = std::fs::read_to_string(dir.join("said.txt")).expect("the job's output");
+    assert_eq!(said, "submitted-1\n", "the job ran what was submitted");
+    let shown = job(&dir, second);
+    assert_eq!(shown["job"]["counts"]["total"], 1, "{shown}");
+    // The copy is the pool node's, private, in the job's folder.
+    let journal = PathBuf::from(shown["job"]["journal"].as_str().unwrap());
+    let kept = journal.with_file_name("graph.toml");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&kept)
+        .expect("the job's copy")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", kept.display());
+    // Kept once: the journal has its digest, not its text again.
+    use sha2::Digest as _;
+    let digest: String = sha2::Sha256::digest(std::fs::read(&kept).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sources = Journal::open_read_only(&journal)
+        .unwrap()
+        .sources(1)
+        .unwrap();
+    assert_eq!(
+        sources.len(),
+        2,
+        "the graph and its sweep file: {sources:?}"
+    );
+    assert!(
+        sources[0].1.ends_with(&format!("sha256 {digest}")),
+        "{sources:?}"
+    );
+}
+
+#[test]
+fn job_names_are_bounded_and_printable_and_any_name_lists_without_a_panic() {
+    let (dir, _sweep) = setup("jobs-names");
+    // No agent: the job waits for one, listed.
+    let _pool = start_pool(&dir, &[], "pool.log");
+    let queued = graph(&dir, "queued", 1, "true");
+    let queued_path = queued.to_str().unwrap();
+    let long = "n".repeat(100_000);
+    for (name, why) in [
+        (long.as_str(), "at most 200"),
+        ("a\n2  forged", "control character"),
+    ] {
+        let args = ["submit", queued_path, "--pool", "pool.json", "--name", name];
+        refused(&dir, &args, &["--name", why]);
+    }
+    let id = submit(&dir, &queued, &["--wait-for-labels"]);
+
+    // A name an older build let in, as its job journal still has it.
+    let forged = format!("{long}\n99  evil  \u{1b}[2J");
+    let jobs_db = dir.join("pool.state/jobs.db");
+    let db = rusqlite::Connection::open(&jobs_db).expect("the job journal");
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.execute(
+        "UPDATE jobs SET name = ?1 WHERE id = ?2",
+        rusqlite::params![forged, id as i64],
+    )
+    .unwrap();
+    drop(db);
+    // To a file: the table is wider than a pipe holds.
+    let mut listing = spawn(&dir, &["jobs", "--all", "--pool", "pool.json"], "jobs.log");
+    let status = exited(&mut listing, COMMAND_LIMIT, &dir, "jobs.log");
+    let table = log(&dir, "jobs.log");
+    assert!(
+        status.success(),
+        "{status}: {}",
+        &table[table.len().saturating_sub(2000)..]
+    );
+    assert_eq!(table.lines().count(), 2, "a header and one row: {table}");
+    assert!(table.contains("\\n99  evil  \\u{1b}[2J"), "{table}");
+    let mut showing = spawn(
+        &dir,
+        &["job", &id.to_string(), "--pool", "pool.json"],
+        "job.log",
+    );
+    assert!(exited(&mut showing, COMMAND_LIMIT, &dir, "job.log").success());
+    assert!(!log(&dir, "job.log").contains('\u{1b}'));
+}
+
+#[test]
+fn wait_timeout_bounds_the_whole_wait_even_when_the_pool_node_is_frozen() {
+    let (dir, _sweep) = setup("jobs-wait-timeout");
+    let mut pool = start_pool(&dir, &[], "pool.log");
+    let pid = pool.0.id() as i32;
+    // SAFETY: stops the pool node of this test; resumed below.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let waited = run_within(
+        &dir,
+        &[
+            "wait",
+            "1",
+            "--pool",
+            "pool.json",
+            "--timeout",
+            "3s",
+            "--request-timeout",
+            "20s",
+        ],
+        COMMAND_LIMIT,
+    );
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(waited.status.code(), Some(2), "{}", text(&waited));
+    assert!(text(&waited).contains("--timeout"), "{}", text(&waited));
+    // 3 s and the start of a process; the request timeout (20 s) must
+    // not decide it.
+    assert!(
+        took < Duration::from_secs(12),
+        "took {took:?}: {}",
+        text(&waited)
+    );
+    let _ = pool.0.kill();
+}
+
+#[test]
+fn an_agent_of_no_executors_is_refused() {
+    let (dir, _sweep) = setup("jobs-agent-zero");
+    refused(
+        &dir,
+        &["agent", "--pool", "pool.json", "-n", "0"],
+        &["--executors", "0", "at least 1"],
+    );
 }

@@ -68,7 +68,16 @@ fn ask(dir: &Path, request: &ServiceRequest) -> Result<ServiceResponse, String> 
 
 /// Submits the graph `graph` from `dir`, named `name`; returns its id.
 fn submit(dir: &Path, graph: &Path, name: &str) -> u64 {
-    let job = JobSubmission {
+    match ask(dir, &ServiceRequest::Submit(submission(dir, graph, name))) {
+        Ok(ServiceResponse::Submitted { id }) => id,
+        other => panic!("not submitted: {other:?}\npool: {}", log(dir, "pool.log")),
+    }
+}
+
+/// The graph `graph` from `dir`, named `name`, as a client submits it
+/// with paths only.
+fn submission(dir: &Path, graph: &Path, name: &str) -> JobSubmission {
+    JobSubmission {
         graph: graph.to_path_buf(),
         cwd: dir.to_path_buf(),
         name: Some(name.to_string()),
@@ -77,10 +86,8 @@ fn submit(dir: &Path, graph: &Path, name: &str) -> u64 {
         priority: 0,
         wait_for_labels: false,
         submitter: "tester@loopback".to_string(),
-    };
-    match ask(dir, &ServiceRequest::Submit(job)) {
-        Ok(ServiceResponse::Submitted { id }) => id,
-        other => panic!("not submitted: {other:?}\npool: {}", log(dir, "pool.log")),
+        files: None,
+        token: None,
     }
 }
 
@@ -423,6 +430,10 @@ fn a_cancelled_job_leaves_no_command_running_on_its_agent() {
     for activity in journal.activities().expect("activities") {
         assert_eq!(activity.state, ActivityState::Cancelled, "{activity:?}");
     }
+    // Each execution noted two pids (its shell's and its child's), and is
+    // one attempt.
+    let attempts = journal.attempts(None).expect("attempts");
+    assert_eq!(attempts.len() * 2, pids().len(), "{attempts:#?}");
     let again = ask(&dir, &ServiceRequest::Cancel { id }).unwrap_err();
     assert!(
         again.ends_with("refused: job 1 has already ended: cancelled"),
@@ -432,17 +443,7 @@ fn a_cancelled_job_leaves_no_command_running_on_its_agent() {
 
 /// Asks the pool node of `dir` to take the graph `graph`: its answer.
 fn try_submit(dir: &Path, graph: &Path) -> Result<ServiceResponse, String> {
-    let job = JobSubmission {
-        graph: graph.to_path_buf(),
-        cwd: dir.to_path_buf(),
-        name: Some("after".to_string()),
-        relabel: Vec::new(),
-        context_file: None,
-        priority: 0,
-        wait_for_labels: false,
-        submitter: "tester@loopback".to_string(),
-    };
-    ask(dir, &ServiceRequest::Submit(job))
+    ask(dir, &ServiceRequest::Submit(submission(dir, graph, "after")))
 }
 
 /// Stops the pool node of `pool` with SIGTERM, as a user does.
@@ -519,4 +520,171 @@ fn a_new_job_journal_never_reuses_the_folder_of_an_old_job() {
         );
     }
     stop_pool(pool);
+}
+
+/// Writes `dir/graph.toml`: `n` activities that note each execution's
+/// start in `dir/started/N` and its end in `dir/ended/N`, as
+/// [`counted_sleepers`] does, and sleep 30 s while `dir/slow` exists when
+/// they start, else 0.3 s.
+fn slow_while_marked(dir: &Path, n: usize) -> PathBuf {
+    for sub in ["started", "ended"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("marks directory");
+    }
+    std::fs::write(dir.join("slow"), "").expect("the slow mark");
+    let graph = dir.join("graph.toml");
+    std::fs::write(
+        &graph,
+        format!(
+            "[[activity]]\nid = \"s-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
+             script = \"echo $$ >> started/{{n}}; if [ -e slow ]; then sleep 30; else sleep 0.3; fi; \
+             echo $$ >> ended/{{n}}\"\n"
+        ),
+    )
+    .expect("graph file");
+    graph
+}
+
+/// Job `id`'s runner, once both executors of the agent run its commands
+/// and their starts are in its journal (a runner killed before that commit,
+/// at most 50 ms after a start, would leave them out).
+fn runner_with_two_journaled_starts(dir: &Path, id: u64) -> i32 {
+    let journal = journal_path(dir, id);
+    wait_until("two commands start and are journaled", || {
+        lines_per_file(dir, "started").len() >= 2
+            && Journal::open_read_only(&journal)
+                .and_then(|j| j.attempts(None))
+                .is_ok_and(|attempts| attempts.len() >= 2)
+    });
+    writer_pid(&journal).expect("the runner holds its journal")
+}
+
+/// A runner killed (`kill -9`) while its commands run on an agent, alone
+/// or with its pool node: the job is resumed, the agent drops the dead
+/// runner's work (kills its commands, starts none of what it queued), and
+/// every execution is an attempt in the journal, those the dead runner
+/// never heard the end of as lost.
+fn a_killed_runner_is_resumed_and_every_execution_journaled(name: &str, with_pool_node: bool) {
+    let dir = scratch(name);
+    let mut pool = start_pool(&dir);
+    let _agent = spawn_agent(&dir, 2, "worker", &["--reconnect", "10m"]);
+    wait_until("the agent joins", || {
+        log(&dir, "worker.log").contains("joined with")
+    });
+    let graph = slow_while_marked(&dir, 6);
+    let id = submit(&dir, &graph, name);
+    let runner = runner_with_two_journaled_starts(&dir, id);
+    let _runner_guard = PidGuard(runner);
+    let killed: Vec<i32> = (std::fs::read_dir(dir.join("started")).expect("started"))
+        .flat_map(|entry| {
+            let text = std::fs::read_to_string(entry.expect("mark").path()).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| l.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    let _command_guards: Vec<PidGuard> = killed.iter().map(|&pid| PidGuard(pid)).collect();
+    if with_pool_node {
+        pool.0.kill().expect("kill -9 the pool node");
+        pool.0.wait().expect("reap the pool node");
+    }
+    // SAFETY: sending a signal to the runner this test's job started.
+    unsafe { libc::kill(runner, libc::SIGKILL) };
+    wait_until("the runner dies", || !alive(runner));
+    // What starts from now on, a re-run or the dead runner's queued work
+    // (which must not start), is quick.
+    std::fs::remove_file(dir.join("slow")).expect("the slow mark");
+    let (_pool_again, pool_log) = if with_pool_node {
+        (
+            Some(start_pool_with(&dir, &[], "pool-again.log")),
+            "pool-again.log",
+        )
+    } else {
+        (None, "pool.log")
+    };
+    let logs = [pool_log, "worker.log", "pool.state/jobs/1/runner.log"];
+    let done = wait_for_end(&dir, id, &logs);
+    let said = log(&dir, pool_log);
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}\n{said}");
+    let resumed = match with_pool_node {
+        true => "job 1 (".to_string() + name + "): its runner is gone; resuming it",
+        false => format!("job 1 ({name}): its runner was killed by signal 9; resuming it"),
+    };
+    assert!(said.contains(&resumed), "{said}");
+    assert_eq!((done.counts.done, done.counts.total), (6, 6), "{done:?}");
+    // The dead runner's commands were killed by the agent, not left to
+    // run their 30 s for nobody.
+    wait_until("the dead runner's commands are gone", || {
+        killed.iter().all(|&pid| !alive(pid))
+    });
+    let worker = log(&dir, "worker.log");
+    assert!(
+        worker.contains("left or was declared dead while 2 of its activities ran here"),
+        "{worker}"
+    );
+
+    let journal = Journal::open_read_only(&journal_path(&dir, id)).expect("the job's journal");
+    let executions = assert_attempts_are_executions(&journal, &dir);
+    assert_eq!(executions.len(), 6, "every activity ran: {executions:?}");
+    let lost: Vec<_> = (journal.attempts(None).expect("attempts").into_iter())
+        .filter(|a| a.outcome == journal::LOST)
+        .collect();
+    assert_eq!(lost.len(), killed.len(), "{lost:#?}");
+    for a in &lost {
+        let message = a.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("the run ended without hearing how it ended"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_runner_killed_alone_is_resumed_and_every_execution_journaled() {
+    a_killed_runner_is_resumed_and_every_execution_journaled("jobs-runner-killed", false);
+}
+
+#[test]
+fn a_runner_killed_with_its_pool_node_is_resumed_and_every_execution_journaled() {
+    a_killed_runner_is_resumed_and_every_execution_journaled("jobs-runner-and-pool-killed", true);
+}
+
+#[test]
+fn a_submit_sent_again_with_its_token_gets_its_job_back_also_after_a_kill_9() {
+    let dir = scratch("jobs-restart-token");
+    let mut pool = start_pool(&dir);
+    let graph = counted_sleepers(&dir, 1, 0.1);
+    // No agent: each job ends at once, refused by its runner, and leaves
+    // no runner behind the kill below.
+    let submitted = |token: &str| {
+        let job = JobSubmission {
+            token: Some(token.to_string()),
+            ..submission(&dir, &graph, "once")
+        };
+        match ask(&dir, &ServiceRequest::Submit(job)) {
+            Ok(ServiceResponse::Submitted { id }) => id,
+            other => panic!("not submitted: {other:?}\npool: {}", log(&dir, "pool.log")),
+        }
+    };
+    let first = submitted("a-token");
+    // The answer to this try was, say, lost: the client sends it again.
+    assert_eq!(submitted("a-token"), first, "one job for one token");
+    let other = submitted("another-token");
+    assert_ne!(other, first);
+    for id in [first, other] {
+        wait_for_end(&dir, id, &["pool.log"]);
+    }
+
+    // The token is kept with the job: a pool node killed and started
+    // again on its state directory still knows it.
+    pool.0.kill().expect("kill -9 the pool node");
+    pool.0.wait().expect("reap the pool node");
+    let _pool = start_pool_with(&dir, &[], "pool-again.log");
+    assert_eq!(submitted("a-token"), first, "the token survives a restart");
+    let jobs = match ask(&dir, &ServiceRequest::Jobs { all: true }) {
+        Ok(ServiceResponse::Jobs { jobs }) => jobs,
+        other => panic!("{other:?}"),
+    };
+    let mut ids: Vec<u64> = jobs.iter().map(|job| job.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![first, other], "no duplicate");
 }

@@ -326,7 +326,7 @@ fn bad_input_gets_a_clear_error_and_runs_nothing() {
         ),
         (
             &["gpu.toml", "--context-file", "nope.toml"],
-            "cannot read context file",
+            "cannot read the context file",
         ),
         (&["ok.toml", "--resume", "nope.db"], "does not exist"),
         (

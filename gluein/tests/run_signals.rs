@@ -171,8 +171,8 @@ fn sigterm_kills_the_commands_and_records_the_run_as_interrupted() {
 }
 
 /// Writes `dir/NAME.toml`: `n` activities that write their shell's pid to
-/// `dir/pids/N` and their executor's labels to `dir/labels/N`, then sleep
-/// `seconds`.
+/// `dir/pids/N` and their executor's labels to `dir/labels/N`, append a
+/// line to `dir/executions` (one per execution), then sleep `seconds`.
 fn labelled_sleepers(dir: &Path, name: &str, n: usize, seconds: u32) -> PathBuf {
     for sub in ["pids", "labels"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
@@ -183,7 +183,7 @@ fn labelled_sleepers(dir: &Path, name: &str, n: usize, seconds: u32) -> PathBuf 
         format!(
             "[[activity]]\nid = \"p-{{n}}\"\nfor = {{ n = \"1..={n}\" }}\n\
              script = \"echo $$ > {0}/pids/{{n}}; echo $CONSTELLATION_LABELS > {0}/labels/{{n}}; \
-             sleep {seconds}\"\n",
+             echo $$ >> {0}/executions; sleep {seconds}\"\n",
             dir.display()
         ),
     )
@@ -207,6 +207,24 @@ fn started(dir: &Path) -> Vec<(i32, String)> {
         })
         .filter(|(_, first)| !first.is_empty())
         .collect()
+}
+
+/// How many executions of [`labelled_sleepers`] started so far.
+fn executions(dir: &Path) -> usize {
+    log(dir, "executions").lines().count()
+}
+
+/// Checks that the journal at `path` has one attempt per execution of
+/// [`labelled_sleepers`] in `dir`, for the run's log `said`.
+fn assert_an_attempt_per_execution(path: &Path, dir: &Path, said: &str) {
+    let attempts = Journal::open_read_only(path)
+        .and_then(|journal| journal.attempts(None))
+        .expect("the run's attempts");
+    assert_eq!(
+        attempts.len(),
+        executions(dir),
+        "one attempt per execution: {attempts:#?}\n{said}"
+    );
 }
 
 /// Kills, when the test ends, the process groups of the commands that
@@ -308,6 +326,7 @@ fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
         .count();
     assert_eq!(killed, own.len(), "one attempt per killed command:\n{said}");
     drop(journal);
+    assert_an_attempt_per_execution(&journal_path, &dir, &said);
     // The run said goodbye: no member declares it dead. SWIM would within
     // about 7.5 s of its silence.
     std::thread::sleep(Duration::from_secs(12));
@@ -363,4 +382,5 @@ fn a_run_whose_pool_node_is_gone_stops_and_says_how_to_resume() {
     }
     let journal = Journal::open_read_only(&journal_path).unwrap();
     assert_eq!(journal.runs().unwrap()[0].status, "interrupted", "{said}");
+    assert_an_attempt_per_execution(&journal_path, &dir, &said);
 }

@@ -54,6 +54,16 @@ pub enum NodeReport {
         /// The scheduler's reason.
         reason: String,
     },
+    /// The pool gave the node's activity up: the nodes running it died on
+    /// every attempt it allows, or it could never leave the runner for an
+    /// agent ([`Coordinator::given_up`]). Its executions, if any, were
+    /// reported as they started.
+    Lost {
+        /// The node's number in the [`Graph`].
+        node: usize,
+        /// The pool's reason.
+        reason: String,
+    },
 }
 
 impl NodeReport {
@@ -62,7 +72,8 @@ impl NodeReport {
         match self {
             NodeReport::Finished { node, .. }
             | NodeReport::Cancelled { node, .. }
-            | NodeReport::Refused { node, .. } => *node,
+            | NodeReport::Refused { node, .. }
+            | NodeReport::Lost { node, .. } => *node,
         }
     }
 
@@ -173,16 +184,28 @@ struct ExecutionReports {
     /// the coordinator never leaves the runner's process.
     to: Sender<(usize, ShellReport)>,
     /// The address the runner's main program sends from: an event from it
-    /// closes the reports ([`Coordinator::close`]).
+    /// closes the reports ([`Coordinator::close`]) or gives an activity up
+    /// ([`Coordinator::given_up`]).
     closer: ActivityId,
     /// The runner closed the reports: once every node is settled, the
     /// coordinator finishes.
     closed: bool,
 }
 
-/// What [`Coordinator::close`] sends.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct CloseReports;
+/// What the runner's main program tells a coordinator that reports
+/// executions, from the address it closes with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum FromRunner {
+    /// No more executions will be reported ([`Coordinator::close`]).
+    Close,
+    /// The pool gave up this shell activity ([`Coordinator::given_up`]).
+    GivenUp {
+        /// The shell activity.
+        activity: ActivityId,
+        /// Why, as the pool said.
+        reason: String,
+    },
+}
 
 impl Coordinator {
     /// A coordinator for `graph` that reports to `observer`. Nodes marked
@@ -282,7 +305,26 @@ impl Coordinator {
     /// ([`report_executions`](Self::report_executions)); `false` if it is
     /// gone already.
     pub fn close(pool: &Pool, coordinator: ActivityId) -> bool {
-        pool.send(coordinator, CloseReports).is_ok()
+        pool.send(coordinator, FromRunner::Close).is_ok()
+    }
+
+    /// Tells the coordinator `coordinator` on `pool`, from the pool's main
+    /// program, that the pool gave up `activity` (`NodeEvent::Lost` at its
+    /// origin: its nodes died on every attempt allowed, or it cannot
+    /// travel): the node it ran for settles as [`NodeReport::Lost`] with
+    /// `reason`, and what runs after it is cancelled, as for a failure.
+    /// Without this, the node would wait forever for a result that cannot
+    /// come. An activity no longer in flight (its result came first) is
+    /// left as it is. For a coordinator that reports executions, like
+    /// [`close`](Self::close); `false` if it is gone already.
+    pub fn given_up(
+        pool: &Pool,
+        coordinator: ActivityId,
+        activity: ActivityId,
+        reason: String,
+    ) -> bool {
+        pool.send(coordinator, FromRunner::GivenUp { activity, reason })
+            .is_ok()
     }
 
     /// How many reports the observer will receive: one per node not skipped.
@@ -437,7 +479,13 @@ impl Coordinator {
             unreachable!("called only when reporting executions");
         };
         if source == executions.closer {
-            executions.closed = true;
+            match event.take::<FromRunner>() {
+                Ok(FromRunner::Close) => executions.closed = true,
+                Ok(FromRunner::GivenUp { activity, reason }) => self.lost(cx, activity, reason),
+                Err(error) => {
+                    tracing::error!(%source, %error, "the graph coordinator got a message from its runner it does not understand; ignored");
+                }
+            }
             return self.step();
         }
         let report = match event.take::<ShellReport>() {
@@ -466,12 +514,36 @@ impl Coordinator {
         self.step()
     }
 
-    /// The shell activity of node `n` ended with `result`: settles `n` and
-    /// releases or cancels what runs after it.
-    fn finished(&mut self, cx: &mut ActivityCx<'_>, n: u32, result: ShellResult) {
+    /// The pool gave up shell activity `activity`: settles its node as
+    /// lost, as a failure, if it is still in flight.
+    fn lost(&mut self, cx: &mut ActivityCx<'_>, activity: ActivityId, reason: String) {
+        let Some(n) = self.running.remove(&activity) else {
+            tracing::debug!(%activity, "given up after its result came; nothing to settle");
+            return;
+        };
+        self.ended(n);
+        self.settle(
+            cx,
+            NodeReport::Lost {
+                node: n as usize,
+                reason,
+            },
+        );
+        self.cancel_dependants(cx, n);
+        self.pump(cx);
+    }
+
+    /// Node `n`'s activity is no longer in flight.
+    fn ended(&mut self, n: u32) {
         let context = self.graph.context_of(n as usize);
         self.in_flight[context] -= 1;
         self.counts.in_flight[context].store(self.in_flight[context], Ordering::Relaxed);
+    }
+
+    /// The shell activity of node `n` ended with `result`: settles `n` and
+    /// releases or cancels what runs after it.
+    fn finished(&mut self, cx: &mut ActivityCx<'_>, n: u32, result: ShellResult) {
+        self.ended(n);
         let success = result.is_success();
         self.settle(
             cx,
@@ -582,24 +654,55 @@ mod tests {
             .collect()
     }
 
+    /// A graph of two nodes run by a coordinator that reports executions,
+    /// on a pool of one executor for the work and one for it.
+    struct Bench {
+        graph: Arc<Graph>,
+        pool: Pool,
+        /// The observer's reports, one per node.
+        settled: constellation::collect::Results,
+        executions: Receiver<(usize, ShellReport)>,
+        coordinator: ActivityId,
+    }
+
+    impl Bench {
+        fn start(text: &str) -> Bench {
+            let graph =
+                Arc::new(Graph::parse(text, Format::Toml, "g.toml", Path::new(".")).unwrap());
+            let pool = Pool::builder()
+                .executor(ExecutorContext::anywhere())
+                .executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]))
+                .start()
+                .unwrap();
+            let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
+            let (collector, settled) = MultiEventCollector::new(graph.len());
+            let observer = pool.submit(collector.on(coordination)).unwrap();
+            let (to, executions) = std::sync::mpsc::channel();
+            let coordinator = Coordinator::new(Arc::clone(&graph), &[false, false], observer)
+                .with_capture(Capture::Discard)
+                .report_executions(to, pool.address());
+            let id = pool.submit(coordinator).unwrap();
+            Bench {
+                graph,
+                pool,
+                settled,
+                executions,
+                coordinator: id,
+            }
+        }
+    }
+
     #[test]
     fn executions_are_reported_and_an_extra_result_is_kept_until_closed() {
         let text = "[[activity]]\nid = \"a\"\ncommand = \"true\"\n\n\
                     [[activity]]\nid = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\n";
-        let graph = Arc::new(Graph::parse(text, Format::Toml, "g.toml", Path::new(".")).unwrap());
-        let pool = Pool::builder()
-            .executor(ExecutorContext::anywhere())
-            .executor(ExecutorContext::new([Context::new(COORDINATOR_LABEL)]))
-            .start()
-            .unwrap();
-        let coordination = ContextList::single(Context::new(COORDINATOR_LABEL));
-        let (collector, settled) = MultiEventCollector::new(graph.len());
-        let observer = pool.submit(collector.on(coordination)).unwrap();
-        let (to, executions) = std::sync::mpsc::channel();
-        let coordinator = Coordinator::new(Arc::clone(&graph), &[false, false], observer)
-            .with_capture(Capture::Discard)
-            .report_executions(to, pool.address());
-        let id = pool.submit(coordinator).unwrap();
+        let Bench {
+            graph,
+            pool,
+            settled,
+            executions,
+            coordinator: id,
+        } = Bench::start(text);
 
         let reports: Vec<NodeReport> = (settled.wait_timeout(PATIENCE).unwrap().into_iter())
             .map(|event| event.take().unwrap())
@@ -637,5 +740,41 @@ mod tests {
         );
         pool.done().unwrap();
         assert!(executions.try_recv().is_err(), "nothing more is reported");
+    }
+
+    #[test]
+    fn an_activity_given_up_settles_lost_and_cancels_what_runs_after_it() {
+        let text = "[[activity]]\nid = \"a\"\ncommand = \"sleep\"\nargs = [\"1\"]\n\n\
+                    [[activity]]\nid = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\n";
+        let bench = Bench::start(text);
+        let started = next_reports(&bench.executions, 1);
+        let (0, ShellReport::Started(started)) = &started[0] else {
+            panic!("a starts: {started:?}");
+        };
+
+        let reason = "the nodes running it died 3 times (the limit is 3)".to_string();
+        let (pool, coordinator) = (&bench.pool, bench.coordinator);
+        assert!(Coordinator::given_up(
+            pool,
+            coordinator,
+            started.activity,
+            reason.clone()
+        ));
+        let reports: Vec<NodeReport> = (bench.settled.wait_timeout(PATIENCE).unwrap())
+            .into_iter()
+            .map(|event| event.take().unwrap())
+            .collect();
+        assert!(
+            matches!(&reports[..], [
+                NodeReport::Lost { node: 0, reason: lost },
+                NodeReport::Cancelled { node: 1, because: 0 },
+            ] if *lost == reason),
+            "{reports:?}"
+        );
+        // The command still ran here: its result is an extra execution.
+        let ended = next_reports(&bench.executions, 1);
+        assert!(matches!(&ended[0], (0, ShellReport::Ended(_))), "{ended:?}");
+        assert!(Coordinator::close(pool, coordinator));
+        bench.pool.done().unwrap();
     }
 }

@@ -37,15 +37,17 @@
 mod coordinator;
 mod file;
 mod graph;
+mod input;
 mod retarget;
 mod suggest;
 mod template;
 
 pub use coordinator::{Coordinator, NodeReport, ReleasedCounts, COORDINATOR_LABEL, WINDOW};
+pub use input::{kept_sweep_name, read_bounded, LoadOptions, DEFAULT_MAX_INPUT_BYTES, RAISE_LIMIT};
 pub use retarget::{parse_context_rules, read_context_file, ContextRule, Relabel, Retargeted};
 
 pub use crate::graph::{
-    parse_context, parse_duration, Format, Graph, GraphError, GraphErrors, MAX_ID_BYTES,
-    MAX_INSTANCES,
+    check_printable, parse_context, parse_duration, Format, Graph, GraphError, GraphErrors,
+    MAX_ID_BYTES, MAX_INSTANCES, TRAVEL_SLACK,
 };
 pub use template::{shell_word, Template, TemplateError};

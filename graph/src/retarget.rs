@@ -11,6 +11,7 @@ use std::path::Path;
 use constellation::{Context, ContextList, Label, ListMode};
 
 use crate::graph::{glob_match, Graph};
+use crate::input::{read_bounded, RAISE_LIMIT};
 
 /// One `FROM=TO` label rename.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,10 +71,10 @@ pub struct ContextRule {
 /// prepare = "anywhere"
 /// ```
 ///
-/// Later rules win over earlier ones for the ids both match.
-pub fn read_context_file(path: &Path) -> Result<Vec<ContextRule>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read context file {}: {e}", path.display()))?;
+/// Later rules win over earlier ones for the ids both match. The file
+/// must be a regular file of at most `max_bytes`.
+pub fn read_context_file(path: &Path, max_bytes: u64) -> Result<Vec<ContextRule>, String> {
+    let text = read_bounded(path, "context file", max_bytes, RAISE_LIMIT)?;
     parse_context_rules(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

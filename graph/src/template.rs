@@ -201,6 +201,19 @@ impl Template {
         Ok(())
     }
 
+    /// At most how many bytes a rendering takes, plain or for a shell,
+    /// when each placeholder's value takes at most `longest(name)` bytes:
+    /// a value as one shell word takes at most four bytes for each of its
+    /// own, and two quotes.
+    pub fn longest_render(&self, longest: impl Fn(&str) -> usize) -> usize {
+        (self.pieces.iter())
+            .map(|piece| match piece {
+                Piece::Text(text) => text.len(),
+                Piece::Var { name, .. } => longest(name).saturating_mul(4).saturating_add(2),
+            })
+            .fold(0, usize::saturating_add)
+    }
+
     /// The text with every placeholder replaced as it is; call
     /// [`check`](Self::check) first.
     pub fn render(&self, values: &BTreeMap<String, String>) -> String {

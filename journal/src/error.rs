@@ -109,3 +109,18 @@ pub enum JournalError {
         refusal: trust::Refusal,
     },
 }
+
+impl JournalError {
+    /// Whether SQLite could not write because the disk holding the journal
+    /// is full: the write may succeed later, once there is room, and
+    /// nothing written before is harmed (SQLite rolls the transaction back).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            JournalError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(error, _),
+                ..
+            } if error.code == rusqlite::ErrorCode::DiskFull
+        )
+    }
+}

@@ -67,7 +67,9 @@ impl Journal {
     }
 
     /// The files run `run`'s graph was read from, `(name, text)`, in the
-    /// order [`NewRun::sources`] gave them.
+    /// order [`NewRun::sources`] gave them. A job's runner gives each
+    /// file's digest as its text: the pool node keeps the files themselves
+    /// in the job's folder (see the schema's `run_sources`).
     pub fn sources(&self, run: i64) -> Result<Vec<(String, String)>, JournalError> {
         self.sql(|c| {
             let mut query =

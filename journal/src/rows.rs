@@ -123,7 +123,7 @@ pub struct NewAttempt {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
+    /// `exited`, `signalled`, `timed_out`, `start_failed`, `output_lost` or [`LOST`].
     pub outcome: String,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,
@@ -166,7 +166,7 @@ pub struct AttemptRow {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
+    /// `exited`, `signalled`, `timed_out`, `start_failed`, `output_lost` or [`LOST`].
     pub outcome: String,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,
@@ -209,7 +209,7 @@ pub struct AttemptFacts<'a> {
     pub started: f64,
     /// Unix seconds.
     pub ended: f64,
-    /// `exited`, `signalled`, `timed_out`, `start_failed` or [`LOST`].
+    /// `exited`, `signalled`, `timed_out`, `start_failed`, `output_lost` or [`LOST`].
     pub outcome: &'a str,
     /// The exit status, for `exited`.
     pub exit_code: Option<i64>,

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS run_sources (
     run  INTEGER NOT NULL REFERENCES runs(run),
     name TEXT NOT NULL,           -- the file's path as the graph names it
-    text TEXT NOT NULL,           -- its contents
+    text TEXT NOT NULL,           -- its contents; for a job's run, whose files the pool node
+                                  --   keeps in STATE/jobs/ID/, 'kept in the job's folder by
+                                  --   the pool node; sha256 HEX' (the digest of the contents)
     PRIMARY KEY (run, name)
 );
 

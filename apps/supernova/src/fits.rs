@@ -22,6 +22,7 @@ use fitsio::FitsFile;
 
 use crate::fsutil::temp_sibling;
 use crate::image::Image;
+use crate::memory::{allocation_limit, AllocationLimit};
 
 /// cfitsio's status code for "keyword not found in header".
 const KEY_NO_EXIST: i32 = 202;
@@ -108,6 +109,44 @@ pub enum FitsError {
         /// The file's actual size.
         file_bytes: u64,
     },
+    /// The header's pixels would need more memory than this process may
+    /// allocate. A file of the claimed length passes the size check even
+    /// when it is sparse (a few kilobytes on disk), so the claim is also
+    /// checked against memory before anything is allocated.
+    #[error(
+        "{path}: the header claims {width} x {height} pixels, which need {needed_bytes} bytes \
+         of memory, more than {limit}"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// `NAXIS1` as the header gives it.
+        width: usize,
+        /// `NAXIS2` as the header gives it.
+        height: usize,
+        /// The pixels as `f32` (saturating at `u64::MAX`).
+        needed_bytes: u64,
+        /// The bound they exceed, with its fix.
+        limit: AllocationLimit,
+    },
+    /// The pixels passed the check against the limits, but the allocator
+    /// still refused them (memory taken meanwhile by other work).
+    #[error(
+        "{path}: cannot allocate {needed_bytes} bytes for {width} x {height} pixels ({reason}); \
+         free memory or lower --max-image-mib so other work is not starved"
+    )]
+    OutOfMemory {
+        /// The file.
+        path: PathBuf,
+        /// `NAXIS1`.
+        width: usize,
+        /// `NAXIS2`.
+        height: usize,
+        /// The pixels as `f32`.
+        needed_bytes: u64,
+        /// What the allocator said.
+        reason: String,
+    },
     /// The pixels could not be read (a truncated file, say).
     #[error("{path}: cannot read the pixels: {reason}")]
     ReadPixels {
@@ -178,13 +217,9 @@ pub fn read_image(path: &Path) -> Result<(Image, FitsHeader), FitsError> {
     })?;
     let (width, height) = image_shape(path, &hdu)?;
     check_size_against_file(path, &mut file, &hdu, width, height)?;
+    check_size_against_memory(path, width, height, allocation_limit())?;
     let header = read_header(path, &mut file, &hdu)?;
-    let pixels: Vec<f32> = hdu
-        .read_image(&mut file)
-        .map_err(|e| FitsError::ReadPixels {
-            path: path.to_path_buf(),
-            reason: describe(&e),
-        })?;
+    let pixels = read_pixels(path, &mut file, width, height)?;
     let image = Image::from_pixels(width, height, pixels).ok_or_else(|| FitsError::ReadPixels {
         path: path.to_path_buf(),
         reason: format!("expected {width} x {height} pixels, cfitsio returned a different number"),
@@ -425,6 +460,84 @@ fn check_size_against_file(
         });
     }
     Ok(())
+}
+
+/// Fails if the `width × height` pixels, as `f32`, would need more memory
+/// than `limit`: the file's length does not bound them, since a sparse
+/// file has the claimed length without the disk space.
+fn check_size_against_memory(
+    path: &Path,
+    width: usize,
+    height: usize,
+    limit: AllocationLimit,
+) -> Result<(), FitsError> {
+    let needed_bytes = pixel_bytes(width, height);
+    if needed_bytes > limit.bytes {
+        return Err(FitsError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            needed_bytes,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// The memory `width × height` `f32` pixels take, saturating.
+fn pixel_bytes(width: usize, height: usize) -> u64 {
+    (width as u64)
+        .saturating_mul(height as u64)
+        .saturating_mul(std::mem::size_of::<f32>() as u64)
+}
+
+/// Reads the primary HDU's `width × height` pixels as `f32`. The buffer is
+/// reserved fallibly, so an allocation the system refuses fails this file
+/// instead of aborting the process (fitsio's own `read_image` allocates
+/// infallibly).
+fn read_pixels(
+    path: &Path,
+    file: &mut FitsFile,
+    width: usize,
+    height: usize,
+) -> Result<Vec<f32>, FitsError> {
+    let out_of_memory = |reason: String| FitsError::OutOfMemory {
+        path: path.to_path_buf(),
+        width,
+        height,
+        needed_bytes: pixel_bytes(width, height),
+        reason,
+    };
+    let count = width
+        .checked_mul(height)
+        .ok_or_else(|| out_of_memory("the pixel count overflows".into()))?;
+    let mut pixels: Vec<f32> = Vec::new();
+    pixels
+        .try_reserve_exact(count)
+        .map_err(|e| out_of_memory(e.to_string()))?;
+    pixels.resize(count, 0.0);
+    let mut status = 0;
+    // SAFETY: `file` owns a valid, open cfitsio handle positioned on the
+    // primary HDU; `pixels` holds `count` initialized `f32`s, exactly what
+    // cfitsio writes for TFLOAT and `count` elements from the first. A null
+    // `nulval` and `anynul` mean no null checking, as fitsio reads images.
+    unsafe {
+        fitsio::sys::ffgpv(
+            file.as_raw(),
+            fitsio::sys::TFLOAT as i32,
+            1,
+            count as i64,
+            std::ptr::null_mut(),
+            pixels.as_mut_ptr().cast(),
+            std::ptr::null_mut(),
+            &mut status,
+        );
+    }
+    fitsio::errors::check_status(status).map_err(|e| FitsError::ReadPixels {
+        path: path.to_path_buf(),
+        reason: describe(&e),
+    })?;
+    Ok(pixels)
 }
 
 /// The byte offset of the current HDU's data unit, which follows its header.
@@ -752,6 +865,72 @@ mod tests {
         forge_card(&path, "NAXIS2", "22");
         let (image, _) = read_image(&path).unwrap();
         assert_eq!((image.width(), image.height()), (37, 22));
+    }
+
+    #[test]
+    fn a_sparse_file_of_the_claimed_size_fails_on_memory_before_allocating() {
+        use crate::memory::LimitSource;
+        let dir = test_dir("fits-sparse");
+        let path = dir.join("sparse.fits");
+        write_image(&path, &odd_image(), &header()).unwrap();
+        forge_card(&path, "NAXIS1", "30000");
+        forge_card(&path, "NAXIS2", "30000");
+        // The claimed length, as holes: the file-size check passes.
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(file_size(30000, 30000)).unwrap();
+        let limit = AllocationLimit {
+            bytes: 1 << 30,
+            source: LimitSource::AddressSpace,
+        };
+        let err = check_size_against_memory(&path, 30000, 30000, limit).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FitsError::TooLarge {
+                    needed_bytes: 3_600_000_000,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        for expected in [
+            "sparse.fits",
+            "30000 x 30000",
+            "3600000000 bytes",
+            "1073741824 bytes",
+            "ulimit -v",
+        ] {
+            assert!(message.contains(expected), "{expected:?} in {message}");
+        }
+        assert!(check_size_against_memory(
+            &path,
+            30000,
+            30000,
+            AllocationLimit {
+                bytes: 3_600_000_000,
+                ..limit
+            }
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn an_allocation_the_system_refuses_is_an_error_not_an_abort() {
+        let dir = test_dir("fits-alloc");
+        let path = dir.join("a.fits");
+        write_image(&path, &odd_image(), &header()).unwrap();
+        let mut file = FitsFile::open(&path).unwrap();
+        // 2^60 pixels of 4 bytes: more than any address space holds.
+        let err = read_pixels(&path, &mut file, 1 << 40, 1 << 20).unwrap_err();
+        assert!(matches!(err, FitsError::OutOfMemory { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("a.fits: cannot allocate") && message.contains("--max-image-mib"),
+            "{message}"
+        );
+        let pixels = read_pixels(&path, &mut file, 37, 23).unwrap();
+        assert_eq!(pixels.len(), 37 * 23);
     }
 
     #[test]

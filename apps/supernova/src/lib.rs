@@ -5,7 +5,9 @@
 //! - Data: [`generate`] writes FITS pairs ([`fits`]) with stars, galaxies,
 //!   noise, cosmic rays, a pointing offset and injected supernovae and
 //!   variable stars, a [`manifest`] of which sites hold which pairs, and the
-//!   [`truth`] catalogue; [`score`] compares candidates with it.
+//!   [`truth`] catalogue; [`score`] compares candidates with it. Reading
+//!   an image first checks its pixels against what [`memory`] says the
+//!   process may allocate.
 //! - The steps (the paper's Figure 3): [`background`] and [`detect`] (2, 3),
 //!   [`align`] (4), [`equalize`] (5, 6), [`tiles`] (7.1), [`compare`] (7.2,
 //!   with a CUDA version in [`gpu`]), [`recombine`] (7.3), [`classify`] (8);
@@ -38,6 +40,7 @@ pub mod graphfile;
 pub mod image;
 pub mod layout;
 pub mod manifest;
+pub mod memory;
 mod noise;
 pub mod pipeline;
 mod psf;

@@ -16,6 +16,7 @@ use supernova::contexts::{Engine, Placement};
 use supernova::generate::{self, GenerateConfig};
 use supernova::graphfile::{self, GraphOptions};
 use supernova::manifest::Manifest;
+use supernova::memory;
 use supernova::pipeline::PairOutcome;
 use supernova::record::{RunJournal, StepTable};
 use supernova::run::{self, RunOptions, RunRecord, Version};
@@ -37,6 +38,20 @@ use supernova::truth::Truth;
 #[derive(Parser)]
 #[command(name = "supernova", version)]
 struct Cli {
+    /// The most memory one image's pixels may take, in MiB (4 bytes a
+    /// pixel). An image over it, or over the memory available or the
+    /// process's ulimit, fails its pair with a message instead of
+    /// aborting the run; a header can claim any size, and a sparse file
+    /// of that size takes no disk space.
+    #[arg(
+        long,
+        global = true,
+        value_name = "MIB",
+        env = "SUPERNOVA_MAX_IMAGE_MIB",
+        default_value_t = memory::DEFAULT_MAX_IMAGE_MIB,
+        value_parser = clap::value_parser!(u64).range(1..=(u64::MAX >> 20))
+    )]
+    max_image_mib: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -258,6 +273,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Eval(_) | Command::EvalSite(_)) {
         gluein::cli::exit_quietly_on_broken_pipe();
     }
+    memory::set_max_image_bytes(cli.max_image_mib << 20);
     let outcome = match cli.command {
         Command::Demo(args) => demo(args),
         Command::Generate(args) => generate_cmd(args).map(|_| ExitCode::SUCCESS),
@@ -410,19 +426,35 @@ fn run_and_report(data: &Path, out: &Path, pool: &PoolArgs) -> Result<bool> {
         plot.display()
     );
     println!("results {}", options.results.display());
-    let failed: Vec<&str> = (record.outcomes.iter())
-        .filter(|o| o.result.is_err())
-        .map(|o| o.pair.as_str())
+    let failed = print_failures(&record);
+    Ok(ok && failed == 0)
+}
+
+/// Ends the summary with each failed pair and why it failed, so the reason
+/// is on the terminal beside the counts and not only in the progress lines
+/// above (long gone on a big run) or the journal. Returns how many failed.
+fn print_failures(record: &RunRecord) -> usize {
+    let failed: Vec<(&str, &str)> = (record.outcomes.iter())
+        .filter_map(|o| {
+            o.result
+                .as_ref()
+                .err()
+                .map(|e| (o.pair.as_str(), e.as_str()))
+        })
         .collect();
     if !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|(pair, _)| *pair).collect();
         eprintln!(
-            "{} of {} pairs failed ({}); see above",
+            "{} of {} pairs failed ({}):",
             failed.len(),
             record.outcomes.len(),
-            failed.join(", ")
+            names.join(", ")
         );
+        for (pair, reason) in &failed {
+            eprintln!("  {pair}: {reason}");
+        }
     }
-    Ok(ok && failed.is_empty())
+    failed.len()
 }
 
 fn print_candidates(record: &RunRecord) {

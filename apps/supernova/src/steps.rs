@@ -24,7 +24,6 @@
 //! Step 9 removes the directory.
 
 use std::fs;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -210,32 +209,31 @@ pub fn prepare(
 }
 
 /// Copies `from` to `to` at no more than `rate` bytes per second, through a
-/// temporary name.
+/// temporary name, keeping `from`'s holes (a sparse image stays sparse, and
+/// only its data counts against the rate). Returns the data bytes copied.
 fn throttled_copy(from: &Path, to: &Path, rate: Option<f64>) -> std::io::Result<u64> {
     let mut input = fs::File::open(from)?;
     let partial = crate::fsutil::temp_sibling(to);
-    let mut output = fs::File::create(&partial)?;
-    let start = Instant::now();
-    let mut buffer = vec![0u8; 256 * 1024];
-    let mut copied = 0u64;
-    loop {
-        let n = input.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        output.write_all(&buffer[..n])?;
-        copied += n as u64;
-        if let Some(rate) = rate.filter(|r| *r > 0.0) {
-            let due = Duration::from_secs_f64(copied as f64 / rate);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(wait);
+    let copied = fs::File::create(&partial).and_then(|mut output| {
+        let start = Instant::now();
+        let throttle = |copied: u64| {
+            if let Some(rate) = rate.filter(|r| *r > 0.0) {
+                let due = Duration::from_secs_f64(copied as f64 / rate);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
+                }
             }
-        }
+        };
+        let copied = crate::fsutil::copy_sparse(&mut input, &mut output, throttle)?;
+        output.sync_data()?;
+        Ok(copied)
+    });
+    let result = copied.and_then(|copied| fs::rename(&partial, to).map(|()| copied));
+    if result.is_err() {
+        // Best effort: the copy's own error is the one to report.
+        let _ = fs::remove_file(&partial);
     }
-    output.sync_data()?;
-    drop(output);
-    fs::rename(&partial, to)?;
-    Ok(copied)
+    result
 }
 
 /// Steps 2 and 3: finds the objects in one image.

@@ -52,26 +52,31 @@ pub struct JoinProblem {
 impl JoinProblem {
     /// Sorts a failed dial to `address` into a [`JoinProblem`].
     pub(crate) fn from_dial_error(address: Multiaddr, error: &DialError) -> JoinProblem {
-        let (failure, detail) = match error {
-            DialError::WrongPeerId { obtained, .. } => (
-                JoinFailure::OtherPeer,
-                format!("the node there is {obtained}"),
-            ),
-            DialError::Transport(errors) => {
-                let detail = (errors.iter())
-                    .map(|(_, error)| with_causes(error))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let debug = format!("{errors:?}");
-                (classify(&detail, &debug), detail)
-            }
-            other => (JoinFailure::Other, with_causes(other)),
-        };
+        let (failure, detail) = dial_failure(error);
         JoinProblem {
             address,
             failure,
             detail,
         }
+    }
+}
+
+/// Which kind of failure a failed dial was, and libp2p's words for it.
+pub(crate) fn dial_failure(error: &DialError) -> (JoinFailure, String) {
+    match error {
+        DialError::WrongPeerId { obtained, .. } => (
+            JoinFailure::OtherPeer,
+            format!("the node there is {obtained}"),
+        ),
+        DialError::Transport(errors) => {
+            let detail = (errors.iter())
+                .map(|(_, error)| with_causes(error))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let debug = format!("{errors:?}");
+            (classify(&detail, &debug), detail)
+        }
+        other => (JoinFailure::Other, with_causes(other)),
     }
 }
 

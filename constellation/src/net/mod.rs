@@ -68,8 +68,8 @@
 //! activity finished. If the node it went to dies, the copy is queued again
 //! with its attempt count raised, up to [`NodeConfig::max_attempts`]; past
 //! that, or if the activity is not [`restartable`](crate::Activity::restartable),
-//! it is given up and reported ([`NetStats::lost`], and
-//! [`NodeError::Lost`] from [`Node::done`]). An activity can therefore run
+//! it is given up and reported ([`NetStats::lost`], [`Node::take_lost`],
+//! and [`NodeError::Lost`] from [`Node::done`]). An activity can therefore run
 //! more than once, and events its first run sent can arrive as well as
 //! those of its second: results should be idempotent.
 
@@ -210,6 +210,18 @@ impl std::fmt::Debug for NodeConfig {
             )
             .field("deadline", &self.deadline)
             .finish()
+    }
+}
+
+impl NodeConfig {
+    /// The most bytes an activity's encoded state may have to be handed to
+    /// another node: half the largest frame, leaving room for the events
+    /// waiting for it and the envelope around them. A larger activity
+    /// never leaves the node it was created on; if no executor there can
+    /// run it, it is given up ([`Node::take_lost`]). Check work against
+    /// this before submitting it to a node that has no executor for it.
+    pub fn largest_activity(&self) -> usize {
+        self.max_frame / 2
     }
 }
 
@@ -482,6 +494,15 @@ impl Node {
                 None => self.shared.changed.wait(&mut members),
             }
         }
+    }
+
+    /// The activities this node gave up since the last call, with why:
+    /// those it created (or was the first to take in) whose nodes died on
+    /// every attempt allowed, or that could never be handed over. Whoever
+    /// waits for their results must stop waiting: they will not come.
+    /// Those taken here are not reported again by [`done`](Self::done).
+    pub fn take_lost(&self) -> Vec<(ActivityId, String)> {
+        std::mem::take(&mut *self.shared.lost.lock())
     }
 
     /// The driver's counters now.

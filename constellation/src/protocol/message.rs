@@ -152,4 +152,12 @@ pub enum Notice<E> {
         /// Why the thief could not take it.
         reason: String,
     },
+    /// The loot that answered the sender's steal request `request` reached
+    /// it. An exporter that hears nothing of the sort queues the loot's work
+    /// again once a silent member would have been declared dead: the reply
+    /// may have been lost on the way, and the thief knows nothing of it.
+    LootTaken {
+        /// The sender's steal request the loot answered.
+        request: u64,
+    },
 }

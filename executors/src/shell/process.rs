@@ -249,7 +249,7 @@ fn run_once_to(
     super::running::unregister(child.pid);
     let status = reap(&child);
     let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);
-    let outcome = match (exited, status.map(|(status, _)| status)) {
+    let mut outcome = match (exited, status.map(|(status, _)| status)) {
         (Ok(false), _) => ShellOutcome::TimedOut {
             after: spec.timeout.unwrap_or_default(),
         },
@@ -262,7 +262,17 @@ fn run_once_to(
         },
     };
     let (stdout, stderr) = match (readers, files, &created) {
-        _ if pump.is_some() => pump.expect("a pump").finish(DEATH_PATIENCE),
+        _ if pump.is_some() => {
+            let pumped = pump.expect("a pump").finish(DEATH_PATIENCE);
+            if let Some(lost) = pumped.lost {
+                // Its output is gone: the attempt fails, whatever the
+                // command's status, which the reason keeps.
+                outcome = ShellOutcome::OutputLost {
+                    reason: format!("{lost}; the command {outcome}"),
+                };
+            }
+            (pumped.stdout, pumped.stderr)
+        }
         (Some((out, err)), _, _) => (join_reader(out), join_reader(err)),
         // Everything the command started is dead: nothing writes to the
         // files any more, so an empty one stays empty.

@@ -32,6 +32,15 @@ pub enum ShellOutcome {
         /// Why, in words.
         reason: String,
     },
+    /// The command ran, but its output could not be kept: a write to its
+    /// output stream failed (a full disk, a file size limit). The attempt
+    /// fails whatever the command's own status, as HyperQueue fails a task
+    /// whose stream write fails: a result whose output is gone is not a
+    /// success.
+    OutputLost {
+        /// Why the output could not be written, and how the command ended.
+        reason: String,
+    },
 }
 
 impl ShellOutcome {
@@ -50,6 +59,7 @@ impl fmt::Display for ShellOutcome {
                 write!(f, "timed out after {after:?} and was killed")
             }
             ShellOutcome::StartFailed { reason } => write!(f, "did not start: {reason}"),
+            ShellOutcome::OutputLost { reason } => write!(f, "lost its output: {reason}"),
         }
     }
 }

@@ -621,7 +621,7 @@ pub(crate) struct StreamSink {
     /// Bytes the command wrote, per channel, whether kept or not.
     bytes: [u64; 2],
     /// Why the output could not be written, if it could not.
-    failed: bool,
+    failed: Option<String>,
 }
 
 impl StreamSink {
@@ -635,14 +635,14 @@ impl StreamSink {
             writer: None,
             start: None,
             bytes: [0, 0],
-            failed: false,
+            failed: None,
         }
     }
 
     /// Appends a chunk of `channel` (and first the attempt's record).
     fn write(&mut self, channel: Channel, chunk: &[u8]) {
         self.bytes[channel as usize] += chunk.len() as u64;
-        if self.failed || chunk.is_empty() {
+        if self.failed.is_some() || chunk.is_empty() {
             return;
         }
         if let Err(error) = self.try_write(channel, chunk) {
@@ -678,25 +678,32 @@ impl StreamSink {
     /// cut back to where the attempt began, so that it stays a sequence of
     /// whole records for the attempts after it (or, if it cannot be cut,
     /// is left for a new file). The command's pipes are still read, so it
-    /// never blocks.
+    /// never blocks; the attempt fails with the reason ([`Self::finish`]).
     fn fail(&mut self, error: io::Error) {
-        self.failed = true;
         let Some(mut writer) = self.writer.take() else {
+            let reason = format!(
+                "cannot create an output stream file in {}: {error}",
+                self.dir.display()
+            );
             tracing::error!(
-                "cannot create an output stream file in {}: {error}; the output of {} (attempt {}) is lost",
-                self.dir.display(),
+                "{reason}; the output of {} (attempt {}) is lost",
                 self.name,
                 self.attempt
             );
+            self.failed = Some(reason);
             return;
         };
-        let begin = self.start.take().unwrap_or(writer.length);
+        let reason = format!(
+            "cannot write to the output stream file {}: {error}",
+            writer.path.display()
+        );
         tracing::error!(
-            "cannot write to the output stream file {}: {error}; the output of {} (attempt {}) is lost",
-            writer.path.display(),
+            "{reason}; the output of {} (attempt {}) is lost",
             self.name,
             self.attempt
         );
+        self.failed = Some(reason);
+        let begin = self.start.take().unwrap_or(writer.length);
         match writer
             .file
             .set_len(begin)
@@ -715,10 +722,11 @@ impl StreamSink {
 
     /// Where each channel ended up: [`Output::Stream`] for one the command
     /// wrote to, [`Output::Empty`] for one it did not, and
-    /// [`Output::Discarded`] for both if they could not be written.
-    fn finish(&mut self) -> (Output, Output) {
+    /// [`Output::Discarded`] for both if they could not be written, with
+    /// the reason.
+    fn finish(&mut self) -> Pumped {
         let outputs = match (&self.writer, self.start) {
-            _ if self.failed => (Output::Discarded, Output::Discarded),
+            _ if self.failed.is_some() => (Output::Discarded, Output::Discarded),
             (Some(writer), Some(start)) => {
                 let place = StreamPlace {
                     file: writer.path.clone(),
@@ -740,8 +748,23 @@ impl StreamSink {
         if let Some(writer) = self.writer.take() {
             writer.keep();
         }
-        outputs
+        Pumped {
+            stdout: outputs.0,
+            stderr: outputs.1,
+            lost: self.failed.take(),
+        }
     }
+}
+
+/// Where a streamed attempt's output went.
+pub(crate) struct Pumped {
+    /// Its standard output.
+    pub(crate) stdout: Output,
+    /// Its standard error.
+    pub(crate) stderr: Output,
+    /// Why its output could not be written, if it could not: the attempt
+    /// fails with this reason.
+    pub(crate) lost: Option<String>,
 }
 
 impl Drop for StreamSink {
@@ -813,7 +836,7 @@ impl Pump {
     /// After everything the command started is dead: reads what is left
     /// in the pipes, for at most `patience` (a process that escaped being
     /// killed may hold a pipe open), then says where the output went.
-    pub(crate) fn finish(mut self, patience: Duration) -> (Output, Output) {
+    pub(crate) fn finish(mut self, patience: Duration) -> Pumped {
         let deadline = Instant::now() + patience;
         while self.pipes.iter().any(Option::is_some) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -919,7 +942,9 @@ mod tests {
         for (channel, chunk) in chunks {
             sink.write(*channel, chunk);
         }
-        sink.finish()
+        let pumped = sink.finish();
+        assert_eq!(pumped.lost, None, "the output was written");
+        (pumped.stdout, pumped.stderr)
     }
 
     fn place(output: &Output) -> StreamPlace {

@@ -30,15 +30,16 @@
 //!   a stopping `run --pool` sends every agent, so that its commands die
 //!   and their attempts reach its journal before it leaves);
 //! - the runner is gone without asking (killed, its host lost): a member
-//!   this agent runs commands for leaves its view of the pool and stays
-//!   away for [`GONE_CONFIRM`]. Its results have nobody to go to. Members
-//!   do not say here whether they are runners (`MemberView` carries no
-//!   role), so the test is the work itself: only a gone member whose
-//!   commands run here (or wait to retry) is acted on, never the pool
-//!   node (which comes back, `--reconnect`), and each once. Its work
-//!   queued here but not started yet is not seen until then; once the
-//!   origin is cancelled, it ends unstarted too. A member taken for dead
-//!   that comes back has its later work run again.
+//!   leaves this agent's view of the pool and stays away for
+//!   [`GONE_CONFIRM`]. Its results have nobody to go to. Members do not
+//!   say here whether they are runners (`MemberView` carries no role), so
+//!   every gone member but the pool node (which comes back,
+//!   `--reconnect`) has its work cancelled, each once: its commands that
+//!   run here are killed, and its work queued here, or reaching an
+//!   executor later (stolen from a sibling, or handed on by another
+//!   agent), ends unstarted. Cancelling a member that created no work
+//!   (another agent) costs one entry in a bounded list. A member taken
+//!   for dead that comes back has its later work run again.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -73,8 +74,14 @@ site:NAME, gpu...) after yours, and `anywhere` last.")]
 pub struct AgentArgs {
     #[command(flatten)]
     address: super::PoolAddress,
-    /// Executors (each runs one activity at a time). Default: one per core.
-    #[arg(long, short = 'n', env = "CONSTELLATION_EXECUTORS")]
+    /// Executors (each runs one activity at a time), at least 1. Default:
+    /// one per core.
+    #[arg(
+        long,
+        short = 'n',
+        env = "CONSTELLATION_EXECUTORS",
+        value_parser = super::pool::at_least_one
+    )]
     executors: Option<usize>,
     /// Labels put first on every executor, comma separated, e.g. `big,site:vu`.
     #[arg(long, value_name = "LABELS")]
@@ -147,6 +154,8 @@ pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let hardware = Hardware::probe(args.site.as_deref());
     let user = super::user_labels(args.context.as_deref())?;
+    // A machine whose core count reads as 0 still gets one executor;
+    // `-n 0` is refused by its parser.
     let count = args.executors.unwrap_or(hardware.cores).max(1);
     let config = NodeConfig {
         listen: listen
@@ -338,10 +347,10 @@ impl GoneMembers {
                 // The pool node: PoolWatch waits for it to come back.
                 continue;
             }
+            // Cancelled whether or not a command of it runs now: work it
+            // exported that is only queued here (or stolen from here by
+            // a sibling executor later) must never start either.
             let held = executors::shell::running_from(id);
-            if held == 0 {
-                continue;
-            }
             let done = executors::shell::cancel_origin(id, CANCEL_GRACE);
             if self.cancelled.len() >= REMEMBERED_CANCELS {
                 if let Some(oldest) = (self.cancelled.iter())
@@ -352,6 +361,9 @@ impl GoneMembers {
                 }
             }
             self.cancelled.insert(id, now);
+            if held == 0 {
+                continue;
+            }
             eprintln!(
                 "agent: member {id} left or was declared dead while {held} of its activities \
                  ran here; its results have nobody to go to, so its work is cancelled: \

@@ -228,11 +228,17 @@ fn render_job(job: &JobSummary, activities: &[ActivityJson]) -> String {
     let counts = &job.counts;
     let mut out = format!(
         "job {} ({}): {}, priority {}\n",
-        job.id, job.name, job.state, job.priority
+        job.id,
+        gluein::table::printable(&job.name),
+        job.state,
+        job.priority
     );
     let mut fields = vec![
         ("graph", job.graph.display().to_string()),
-        ("submitter", job.submitter.clone()),
+        (
+            "submitter",
+            gluein::table::printable(&job.submitter).into_owned(),
+        ),
         ("submitted", time(Some(job.submitted))),
         ("started", time(job.started)),
         ("ended", time(job.ended)),

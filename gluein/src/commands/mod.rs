@@ -276,3 +276,41 @@ fn is_internal(context: &constellation::ExecutorContext) -> bool {
         name.starts_with("constellation:") || &*name == graph::COORDINATOR_LABEL
     })
 }
+
+/// A size in bytes as a person writes it: `1000000`, `512K`, `64MiB`,
+/// `2G` (K, M, G and T, with or without `iB` or `B`, are powers of 1024).
+pub(crate) fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let bad = || format!("`{text}` is not a size like `64MiB`, `200M` or `1000000` (bytes)");
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    number.checked_mul(1 << shift).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_sizes_read_as_people_write_them() {
+        use super::parse_byte_size as size;
+        assert_eq!(size("1000000"), Ok(1_000_000));
+        assert_eq!(size("64MiB"), Ok(64 << 20));
+        assert_eq!(size("200M"), Ok(200 << 20));
+        assert_eq!(size("1k"), Ok(1024));
+        assert_eq!(size("2 GB"), Ok(2 << 30));
+        for bad in ["", "MiB", "1.5M", "-1", "3 parsecs", "99999999999999T"] {
+            let error = size(bad).unwrap_err();
+            assert!(error.contains("is not a size like"), "{bad}: {error}");
+        }
+    }
+}

@@ -111,8 +111,9 @@ pub struct StartArgs {
 }
 
 /// A count of 1 or more: a pool that runs no job would queue every job
-/// for good.
-fn at_least_one(text: &str) -> Result<usize, String> {
+/// for good, and an agent of no executors would take no work (`agent
+/// -n` uses it too).
+pub(super) fn at_least_one(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(0) => Err("must be at least 1".to_string()),
         Ok(n) => Ok(n),

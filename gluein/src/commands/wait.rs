@@ -68,6 +68,9 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 /// How long leaving the pool may take before the command ends anyway.
 const LEAVE_WAIT: Duration = Duration::from_secs(3);
 
+/// [`LEAVE_WAIT`] once --timeout has been reached.
+const LEAVE_WAIT_PAST_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Waits for the jobs.
 pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
     gluein::signals::catch_stop_signals()?;
@@ -75,10 +78,17 @@ pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
     let deadline = args.timeout.map(|timeout| started + timeout);
     let pool = args.address.pool.clone();
     let reconnect = args.reconnect.unwrap_or_default();
-    let join_timeout = args.request_timeout.max(reconnect);
+    // No wait for the pool node, joining included, outlasts --timeout.
+    let join_timeout = within(args.request_timeout.max(reconnect), deadline);
     let node = match join_as_observer(&args.address, "wait", join_timeout) {
         Ok(node) => Arc::new(node),
         Err(_) if gluein::signals::stop_requested() => return Ok(stopped_waiting()),
+        Err(error) if deadline.is_some_and(|d| Instant::now() >= d) => {
+            return Err(error.context(format!(
+                "gave up after {} (--timeout) while joining the pool",
+                timefmt::format_seconds(args.timeout.unwrap_or_default())
+            )))
+        }
         Err(error) => return Err(error),
     };
     let mut waiting = Waiting::new(&args.ids);
@@ -89,13 +99,9 @@ pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
             break Ok(stopped_waiting());
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            break Err(anyhow::anyhow!(
-                "gave up after {} (--timeout): {}",
-                timefmt::format_seconds(args.timeout.unwrap_or_default()),
-                waiting.unfinished()
-            ));
+            break Err(timed_out(&args, &waiting));
         }
-        match poll(&node, &mut waiting, &args) {
+        match poll(&node, &mut waiting, &args, deadline) {
             Ok(Some(code)) => break Ok(code),
             Ok(None) => {
                 if trouble.take().is_some() {
@@ -104,6 +110,9 @@ pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
             }
             Err(Polled::Stopped) => break Ok(stopped_waiting()),
             Err(Polled::Failed(error)) => break Err(error),
+            Err(Polled::Lost(_)) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                break Err(timed_out(&args, &waiting));
+            }
             Err(Polled::Lost(why)) => {
                 let since = match &trouble {
                     Some(since) => *since,
@@ -123,10 +132,32 @@ pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
                 trouble = Some(since);
             }
         }
-        pause(POLL_EVERY);
+        pause(within(POLL_EVERY, deadline));
     };
-    leave_within(node, LEAVE_WAIT);
+    // Past --timeout, the goodbye gets a moment, not the usual wait.
+    let leave_wait = match deadline {
+        Some(deadline) if Instant::now() >= deadline => LEAVE_WAIT_PAST_TIMEOUT,
+        _ => LEAVE_WAIT,
+    };
+    leave_within(node, leave_wait);
     outcome
+}
+
+/// `duration`, or less if `deadline` comes sooner.
+fn within(duration: Duration, deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(deadline) => duration.min(deadline.saturating_duration_since(Instant::now())),
+        None => duration,
+    }
+}
+
+/// The error of a wait that reached --timeout.
+fn timed_out(args: &WaitArgs, waiting: &Waiting) -> anyhow::Error {
+    anyhow::anyhow!(
+        "gave up after {} (--timeout): {}",
+        timefmt::format_seconds(args.timeout.unwrap_or_default()),
+        waiting.unfinished()
+    )
 }
 
 /// The jobs waited for: the last answer about each, and which have ended.
@@ -176,7 +207,11 @@ impl Waiting {
         let unfinished: Vec<String> = (self.jobs.iter())
             .filter(|(_, job)| !job.as_ref().is_some_and(|job| job.state.is_final()))
             .map(|(id, job)| match job {
-                Some(job) => format!("job {id} ({}) {}", job.name, job.state),
+                Some(job) => format!(
+                    "job {id} ({}) {}",
+                    gluein::table::printable(&job.name),
+                    job.state
+                ),
                 None => format!("job {id}"),
             })
             .collect();
@@ -214,6 +249,7 @@ fn poll(
     node: &Arc<Node>,
     waiting: &mut Waiting,
     args: &WaitArgs,
+    deadline: Option<Instant>,
 ) -> Result<Option<ExitCode>, Polled> {
     if !node.master_known() {
         return Err(Polled::Lost(match node.master_state() {
@@ -222,7 +258,9 @@ fn poll(
             _ => "the pool node is gone (no member sees it any more)".to_string(),
         }));
     }
-    let timeout = args.request_timeout;
+    // Each request within what is left of --timeout: the request's own
+    // timeout must not make the wait outlast it.
+    let timeout = within(args.request_timeout, deadline);
     let active = match ask(node, ServiceRequest::Jobs { all: false }, timeout)? {
         ServiceResponse::Jobs { jobs } => jobs,
         other => return Err(Polled::Failed(unexpected_answer("a list of jobs", &other))),
@@ -232,7 +270,11 @@ fn poll(
     for id in waiting.pending() {
         let job = match active.remove(&id) {
             Some(job) => job,
-            None => match ask(node, ServiceRequest::Job { id }, timeout)? {
+            None => match ask(
+                node,
+                ServiceRequest::Job { id },
+                within(args.request_timeout, deadline),
+            )? {
                 ServiceResponse::Job { job } => job,
                 other => return Err(Polled::Failed(unexpected_answer("a job", &other))),
             },
@@ -332,7 +374,13 @@ fn progress_line(job: &JobSummary) -> String {
     let counts = &job.counts;
     let mut line = format!(
         "job {} ({}): {}, {}/{} done, {} running, {} waiting",
-        job.id, job.name, job.state, counts.done, counts.total, counts.running, counts.waiting
+        job.id,
+        gluein::table::printable(&job.name),
+        job.state,
+        counts.done,
+        counts.total,
+        counts.running,
+        counts.waiting
     );
     for (count, what) in [(counts.failed, "failed"), (counts.cancelled, "cancelled")] {
         if count > 0 {
@@ -344,7 +392,8 @@ fn progress_line(job: &JobSummary) -> String {
 
 /// `job 3 (pipeline) succeeded`, or failed with why.
 fn ended_line(job: &JobSummary) -> String {
-    let mut line = format!("job {} ({}) {}", job.id, job.name, job.state);
+    let name = gluein::table::printable(&job.name);
+    let mut line = format!("job {} ({name}) {}", job.id, job.state);
     if job.state != JobState::Succeeded {
         if let Some(message) = &job.message {
             line.push_str(&format!(": {message}"));

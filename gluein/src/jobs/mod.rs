@@ -15,8 +15,13 @@
 //! again on the same state directory finds its jobs' runners still
 //! running, and waits for them, or resumes the jobs whose runner is gone.
 //!
-//! Each job has a directory, `STATE/jobs/ID/`, with:
-//! - `journal.db`: the run journal (`constellation report` reads it);
+//! Each job has a directory, `STATE/jobs/ID/` (mode 0700), with:
+//! - `graph.toml` (or `graph.json`), `sweeps/` and `contexts.toml`: the
+//!   graph, its sweep files (named by [`graph::kept_sweep_name`]) and the
+//!   context file as submitted, mode 0600: what the runner runs, so that
+//!   a file edited after `submit` does not change the job;
+//! - `journal.db`: the run journal (`constellation report` reads it),
+//!   whose sources are the kept files' digests, not their text again;
 //! - `runner.log`: what its runners printed, each start headed by a line;
 //! - `progress.json`: the runner's counts while it runs.
 

@@ -45,8 +45,17 @@ CREATE TABLE jobs (
     message          TEXT,             -- why it failed or was cancelled, in words
     activities       INTEGER NOT NULL, -- activities in the graph when it was submitted
     cancel_requested INTEGER NOT NULL DEFAULT 0, -- 1 once `cancel` asked for it: its runner is stopping
-    final_counts     TEXT              -- its activities by state when it ended, JSON (a JobCounts)
+    final_counts     TEXT,             -- its activities by state when it ended, JSON (a JobCounts)
+    submit_token     TEXT              -- the token its `submit` sent: a retried submit gets this job back
 );
+CREATE UNIQUE INDEX jobs_by_submit_token ON jobs(submit_token);
+";
+
+/// What an older job journal, made before submit tokens, gets at open:
+/// the column and its index (a NULL token is no token, and never matches).
+const ADD_SUBMIT_TOKEN: &str = "
+ALTER TABLE jobs ADD COLUMN submit_token TEXT;
+CREATE UNIQUE INDEX jobs_by_submit_token ON jobs(submit_token);
 ";
 
 /// The schema version this build reads and writes.
@@ -120,16 +129,25 @@ impl JobStore {
     pub fn open_at(path: &Path, jobs_dir: &Path) -> anyhow::Result<JobStore> {
         // A link, or another user's file, is never opened: a job journal
         // swapped in by another user would run that user's jobs.
-        let existed = match trust::check_file(path) {
-            Ok(()) => true,
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => false,
+        match trust::check_file(path) {
+            Ok(()) => {}
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
             Err(error) => {
                 return Err(crate::poolfile::trusted_error(error))
                     .with_context(|| format!("cannot open the job journal {}", path.display()))
             }
-        };
+        }
         let conn = Connection::open(path)
             .with_context(|| format!("cannot open the job journal {}", path.display()))?;
+        // A file without a single table is new: one a pool node killed
+        // between creating the file and its schema left (empty, or with
+        // only SQLite's header). It is made a job journal here, rather
+        // than refused at every start from then on.
+        let existed = conn
+            .query_row("SELECT count(*) > 0 FROM sqlite_master", [], |row| {
+                row.get(0)
+            })
+            .with_context(|| format!("{} is not a job journal", path.display()))?;
         let store = JobStore {
             conn,
             path: path.to_path_buf(),
@@ -138,6 +156,7 @@ impl JobStore {
         store.sql(|c| c.busy_timeout(Duration::from_secs(10)))?;
         if existed {
             store.check_version()?;
+            store.add_submit_tokens()?;
         }
         store.sql(|c| {
             c.pragma_update(None, "journal_mode", "WAL")?;
@@ -191,6 +210,34 @@ impl JobStore {
         }
     }
 
+    /// Adds the submit token column to a job journal made before it.
+    fn add_submit_tokens(&self) -> anyhow::Result<()> {
+        self.sql(|c| {
+            let has: bool = c.query_row(
+                "SELECT count(*) > 0 FROM pragma_table_info('jobs') WHERE name = 'submit_token'",
+                [],
+                |row| row.get(0),
+            )?;
+            match has {
+                true => Ok(()),
+                false => c.execute_batch(ADD_SUBMIT_TOKEN),
+            }
+        })
+    }
+
+    /// The job that a submit with `token` made, if one did.
+    pub fn job_with_token(&self, token: &str) -> anyhow::Result<Option<u64>> {
+        self.sql(|c| {
+            c.query_row(
+                "SELECT id FROM jobs WHERE submit_token = ?1",
+                [token],
+                |row| row.get::<_, i64>(0),
+            )
+            .optional()
+        })
+        .map(|id| id.map(|id| id as u64))
+    }
+
     fn sql<R>(
         &self,
         operate: impl FnOnce(&Connection) -> rusqlite::Result<R>,
@@ -202,12 +249,15 @@ impl JobStore {
     /// `activities` is the size of its graph, for its counts until its
     /// runner journals them. An id whose directory is already there (a
     /// job journal lost or replaced, its jobs' folders left) is skipped:
-    /// a new job never shows an old one's journal.
+    /// a new job never shows an old one's journal. `place` is called with
+    /// the new id before the row is committed (to move the job's files
+    /// into [`job_dir`](Self::job_dir)); if it fails, no job is stored.
     pub fn submit(
         &mut self,
         job: &JobSubmission,
         name: &str,
         activities: u64,
+        place: impl FnOnce(u64) -> anyhow::Result<()>,
     ) -> anyhow::Result<u64> {
         let relabel = serde_json::to_string(&job.relabel).expect("strings are JSON");
         let in_journal = || format!("job journal {}", self.path.display());
@@ -226,8 +276,9 @@ impl JobStore {
         let journal = self.job_dir(id).join("journal.db");
         tx.execute(
             "INSERT INTO jobs(id, name, state, priority, graph, cwd, relabel, context_file,
-                              wait_for_labels, submitter, submitted, journal, activities)
-             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                              wait_for_labels, submitter, submitted, journal, activities,
+                              submit_token)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 id as i64,
                 name,
@@ -241,13 +292,14 @@ impl JobStore {
                 now(),
                 path_text(&journal),
                 activities as i64,
+                job.token,
             ],
         )
         .with_context(in_journal)?;
+        place(id)?;
         tx.commit().with_context(in_journal)?;
         Ok(id)
     }
-
     /// Makes the directory of a new job (mode 0700), with the id `first`
     /// or, when its directory is already there, the next id whose
     /// directory is not; returns that id. Never makes `STATE/jobs`
@@ -438,14 +490,24 @@ mod tests {
             priority,
             wait_for_labels: false,
             submitter: "user@host".to_string(),
+            files: None,
+            token: None,
         }
+    }
+
+    /// A job without files to place.
+    fn no_files(_: u64) -> anyhow::Result<()> {
+        Ok(())
     }
 
     #[test]
     fn a_new_job_never_takes_the_id_of_a_folder_already_there() {
         let dir = scratch("folders");
         let mut store = JobStore::open(&dir).unwrap();
-        assert_eq!(store.submit(&submission("a", 0), "a", 1).unwrap(), 1);
+        assert_eq!(
+            store.submit(&submission("a", 0), "a", 1, no_files).unwrap(),
+            1
+        );
         let old = store.job_dir(1).join("journal.db");
         std::fs::write(&old, "the old job's journal").unwrap();
         // The job journal lost, its jobs' folders left (and one more made
@@ -454,7 +516,7 @@ mod tests {
         std::fs::create_dir(dir.join("jobs/2")).unwrap();
         std::fs::remove_file(dir.join(JOBS_DB)).unwrap();
         let mut store = JobStore::open(&dir).unwrap();
-        let id = store.submit(&submission("b", 0), "b", 1).unwrap();
+        let id = store.submit(&submission("b", 0), "b", 1, no_files).unwrap();
         assert_eq!(id, 3, "ids 1 and 2 have folders");
         let job = store.get(id).unwrap().unwrap();
         assert_eq!(job.journal, dir.join("jobs/3/journal.db"));
@@ -463,12 +525,17 @@ mod tests {
             std::fs::read_to_string(&old).unwrap(),
             "the old job's journal"
         );
-        assert_eq!(store.submit(&submission("c", 0), "c", 1).unwrap(), 4);
+        assert_eq!(
+            store.submit(&submission("c", 0), "c", 1, no_files).unwrap(),
+            4
+        );
         // Without `jobs` (the state directory removed), nothing is made.
         std::fs::remove_dir_all(dir.join("jobs")).unwrap();
         let why = format!(
             "{:#}",
-            store.submit(&submission("d", 0), "d", 1).unwrap_err()
+            store
+                .submit(&submission("d", 0), "d", 1, no_files)
+                .unwrap_err()
         );
         assert!(why.contains("cannot create the job directory"), "{why}");
         assert!(!dir.join("jobs").exists());
@@ -483,10 +550,18 @@ mod tests {
     fn queued_jobs_start_by_priority_then_in_submit_order() {
         let dir = scratch("order");
         let mut store = JobStore::open(&dir).unwrap();
-        let low = store.submit(&submission("low", 0), "low", 3).unwrap();
-        let high = store.submit(&submission("high", 5), "high", 3).unwrap();
-        let low2 = store.submit(&submission("low2", 0), "low2", 3).unwrap();
-        let high2 = store.submit(&submission("high2", 5), "high2", 3).unwrap();
+        let low = store
+            .submit(&submission("low", 0), "low", 3, no_files)
+            .unwrap();
+        let high = store
+            .submit(&submission("high", 5), "high", 3, no_files)
+            .unwrap();
+        let low2 = store
+            .submit(&submission("low2", 0), "low2", 3, no_files)
+            .unwrap();
+        let high2 = store
+            .submit(&submission("high2", 5), "high2", 3, no_files)
+            .unwrap();
         assert_eq!(
             (low, high, low2, high2),
             (1, 2, 3, 4),
@@ -510,7 +585,7 @@ mod tests {
         let mut job = submission("g", -1);
         job.context_file = Some(PathBuf::from("/home/user/contexts.toml"));
         job.wait_for_labels = true;
-        let id = store.submit(&job, "named", 12).unwrap();
+        let id = store.submit(&job, "named", 12, no_files).unwrap();
         let row = store.get(id).unwrap().expect("the job");
         assert_eq!(row.name, "named");
         assert_eq!(row.state, JobState::Queued);
@@ -564,7 +639,7 @@ mod tests {
         let dir = scratch("reopen");
         {
             let mut store = JobStore::open(&dir).unwrap();
-            let id = store.submit(&submission("g", 0), "g", 1).unwrap();
+            let id = store.submit(&submission("g", 0), "g", 1, no_files).unwrap();
             store.set_running(id, 7).unwrap();
             store.set_cancel_requested(id).unwrap();
         }
@@ -572,13 +647,77 @@ mod tests {
         let running = store.running().unwrap();
         assert_eq!(running.len(), 1);
         assert!(running[0].cancel_requested);
-        assert_eq!(store.submit(&submission("h", 0), "h", 1).unwrap(), 2);
+        assert_eq!(
+            store.submit(&submission("h", 0), "h", 1, no_files).unwrap(),
+            2
+        );
 
         let other = dir.join("other.db");
         Connection::open(&other)
             .unwrap()
             .execute_batch("CREATE TABLE t(x)")
             .unwrap();
+        let error = JobStore::open_at(&other, &dir).err().expect("refused");
+        assert!(
+            format!("{error:#}").contains("not a job journal"),
+            "{error:#}"
+        );
+    }
+
+    #[test]
+    fn a_submit_token_finds_its_job_also_in_a_journal_made_before_tokens() {
+        let dir = scratch("tokens");
+        // A job journal as builds before submit tokens made it.
+        let cut = SCHEMA.find("\n    submit_token").expect("the token column");
+        let old_schema =
+            SCHEMA[..cut].replacen("final_counts     TEXT,", "final_counts     TEXT", 1) + "\n);";
+        let old = Connection::open(dir.join(JOBS_DB)).unwrap();
+        old.execute_batch(&old_schema).unwrap();
+        old.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_version', '1')",
+            [],
+        )
+        .unwrap();
+        drop(old);
+
+        let mut store = JobStore::open(&dir).unwrap();
+        let mut job = submission("g", 0);
+        job.token = Some("0123abcd".to_string());
+        let id = store.submit(&job, "g", 1, no_files).unwrap();
+        assert_eq!(store.job_with_token("0123abcd").unwrap(), Some(id));
+        assert_eq!(store.job_with_token("ffff").unwrap(), None);
+        let twice = store.submit(&job, "g", 1, no_files);
+        assert!(
+            twice.is_err(),
+            "one job per token, also if the service did not look first"
+        );
+        let untokened = store.submit(&submission("h", 0), "h", 1, no_files).unwrap();
+        let again = store.submit(&submission("i", 0), "i", 1, no_files).unwrap();
+        assert_ne!(untokened, again, "jobs without a token never match");
+        let failed = store.submit(&submission("j", 0), "j", 1, |_| anyhow::bail!("no room"));
+        assert!(failed.is_err());
+        assert_eq!(
+            store.list(true).unwrap().len(),
+            3,
+            "a job whose files failed is not stored"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_a_killed_pool_node_left_becomes_a_job_journal() {
+        let dir = scratch("empty");
+        std::fs::write(dir.join(JOBS_DB), "").unwrap();
+        let mut store = JobStore::open(&dir).expect("an empty file is a new journal");
+        assert_eq!(
+            store.submit(&submission("g", 0), "g", 1, no_files).unwrap(),
+            1
+        );
+        let other = dir.join("garbage.db");
+        std::fs::write(
+            &other,
+            "not a database at all, but some text of a fair length",
+        )
+        .unwrap();
         let error = JobStore::open_at(&other, &dir).err().expect("refused");
         assert!(
             format!("{error:#}").contains("not a job journal"),

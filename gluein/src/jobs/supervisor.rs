@@ -12,7 +12,11 @@
 //! holds its run journal's lock, or its process is still there) is
 //! adopted: the service waits for the lock to be free, then reads how the
 //! run ended. A job whose runner is gone is resumed (`run --resume`), or
-//! started afresh if it never wrote a journal. A clean stop
+//! started afresh if it never wrote a journal. So is a job whose runner
+//! this pool node started and that was killed by a signal (`kill -9`, the
+//! OOM killer) before its run ended: at most [`MAX_RESUMES`] times in the
+//! pool node's life, after which the job fails with the reason. A runner
+//! that exits by itself, with a failure status, fails its job. A clean stop
 //! ([`JobService::stop`]) sends SIGTERM to the runners, which journal
 //! their run as interrupted, and leaves their jobs `running`: the next
 //! start resumes them.
@@ -35,7 +39,7 @@ use journal::{ActivityState, ActivityUpdate, Journal, RunStatus};
 
 use super::store::{JobRow, JobStore};
 use crate::service::{
-    JobCounts, JobState, JobSubmission, JobSummary, ServiceRequest, ServiceResponse,
+    JobCounts, JobState, JobSubmission, JobSummary, ServiceRequest, ServiceResponse, SubmittedFiles,
 };
 
 /// How often the supervisor looks at its jobs when nothing pokes it.
@@ -52,6 +56,11 @@ pub const RUNNER_RECONNECT: &str = "10m";
 /// How many lines of its log a runner that ended badly leaves in its
 /// job's message.
 const LOG_TAIL_LINES: usize = 5;
+
+/// How often a job whose runner died before its run ended is resumed, in
+/// the life of one pool node, before it fails instead: a runner that keeps
+/// dying (a graph that exhausts the machine) is not restarted forever.
+pub const MAX_RESUMES: u32 = 3;
 
 /// The message of every activity a cancel leaves unfinished.
 pub const CANCELLED_ACTIVITY: &str = "job cancelled";
@@ -125,6 +134,9 @@ struct State {
     store: JobStore,
     /// The runners of running jobs, by job id.
     runners: HashMap<u64, Runner>,
+    /// How often each job was resumed after its runner died, in this pool
+    /// node's life (at most [`MAX_RESUMES`]).
+    resumes: HashMap<u64, u32>,
 }
 
 /// A job's runner process.
@@ -179,6 +191,7 @@ impl JobService {
             .map_err(crate::poolfile::trusted_error)
             .with_context(|| format!("cannot use {}", jobs_dir.display()))?;
         let owner = claim_state_dir(&config.state_dir)?;
+        IncomingFiles::remove_stale(&jobs_dir);
         let store = JobStore::open(&config.state_dir)?;
         let shared = Arc::new(Shared {
             config,
@@ -188,6 +201,7 @@ impl JobService {
             state: Mutex::new(State {
                 store,
                 runners: HashMap::new(),
+                resumes: HashMap::new(),
             }),
             poked: Mutex::new(false),
             poke: Condvar::new(),
@@ -347,27 +361,56 @@ impl Shared {
         Some(message)
     }
 
-    /// Checks a submission and stores it, queued.
+    /// Checks a submission, keeps its files in the job's folder and
+    /// stores it, queued. A submit token seen before gets its job back.
     fn submit(&self, job: JobSubmission) -> Result<u64, String> {
         if let Some(lost) = self.state_lost() {
             return Err(lost);
         }
-        let (job, activities) = check_submission(job)?;
+        if let Some(id) = self.job_with_token(&job)? {
+            return Ok(id);
+        }
         let name = match job.name.as_deref().map(str::trim) {
             Some(name) if !name.is_empty() => name.to_string(),
             _ => (job.graph.file_stem())
                 .map_or("job".into(), |stem| stem.to_string_lossy().into_owned()),
         };
-        let id = (self.lock().store)
-            .submit(&job, &name, activities)
+        crate::service::check_job_name(&name)?;
+        let incoming = IncomingFiles::new(&self.config.state_dir.join("jobs"))?;
+        let (job, activities) = check_submission(job, &incoming)?;
+        let mut state = self.lock();
+        // Asked again under the lock: a retry may have come in meanwhile.
+        if let Some(id) = (job.token.as_deref())
+            .map(|token| state.store.job_with_token(token))
+            .transpose()
+            .map_err(text)?
+            .flatten()
+        {
+            return Ok(id);
+        }
+        let jobs = self.config.state_dir.join("jobs");
+        let id = (state.store)
+            .submit(&job, &name, activities, |id| {
+                incoming.place(&jobs.join(id.to_string()))
+            })
             .map_err(text)?;
+        drop(state);
         eprintln!(
-            "job {id} ({name}) submitted by {}: {}",
-            job.submitter,
+            "job {id} ({}) submitted by {}: {}",
+            crate::table::printable(&name),
+            crate::table::printable(&job.submitter),
             job.graph.display()
         );
         self.wake();
         Ok(id)
+    }
+
+    /// The job a submission's token made before, if any.
+    fn job_with_token(&self, job: &JobSubmission) -> Result<Option<u64>, String> {
+        match &job.token {
+            Some(token) => self.lock().store.job_with_token(token).map_err(text),
+            None => Ok(None),
+        }
     }
 
     /// Cancels job `id`: a queued one at once, a running one by SIGINT to
@@ -477,8 +520,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Job `id`'s runner ended (`exit`): sets the job's state, or, for a
-    /// runner of a previous pool node whose run did not finish, resumes it.
+    /// Job `id`'s runner ended (`exit`): sets the job's state, or resumes
+    /// the job (at most [`MAX_RESUMES`] times) when its runner died before
+    /// its run ended: killed by a signal, or a runner of a previous pool
+    /// node that is gone.
     fn settle(&self, state: &mut State, id: u64, exit: Exit) -> anyhow::Result<()> {
         let Some(job) = state.store.get(id)? else {
             return Ok(());
@@ -499,40 +544,72 @@ impl Shared {
                 counts.cancelled
             )
         };
-        let (end, message) = match exit {
-            Exit::Status(exit) if exit.success() => (JobState::Succeeded, None),
-            Exit::Status(exit) if exit.code() == Some(1) && status.as_deref() == Some("failed") => {
-                (JobState::Failed, Some(failed_message()))
+        let why = match exit {
+            Exit::Status(exit) if exit.success() => {
+                return self.end(state, &job, JobState::Succeeded, None);
             }
-            Exit::Status(exit) => (
-                JobState::Failed,
-                Some(format!(
+            Exit::Status(exit) if exit.code() == Some(1) && status.as_deref() == Some("failed") => {
+                return self.end(state, &job, JobState::Failed, Some(failed_message()));
+            }
+            // Killed by a signal before its run ended: not the runner's
+            // own verdict on the job, so the job goes on from its journal.
+            Exit::Status(exit) if exit.code().is_none() && !run_ended(status.as_deref()) => {
+                format!("its runner {}", describe(exit))
+            }
+            Exit::Status(exit) => {
+                let message = format!(
                     "its runner {}: {}",
                     describe(exit),
                     log_tail(&runner_log(&job))
-                )),
-            ),
+                );
+                return self.end(state, &job, JobState::Failed, Some(message));
+            }
             Exit::Unseen => match status.as_deref() {
-                Some("succeeded") => (JobState::Succeeded, None),
-                Some("failed") => (JobState::Failed, Some(failed_message())),
+                Some("succeeded") => return self.end(state, &job, JobState::Succeeded, None),
+                Some("failed") => {
+                    return self.end(state, &job, JobState::Failed, Some(failed_message()));
+                }
                 // Interrupted, or killed mid-run: what did not finish runs
                 // again (at-least-once).
-                _ => {
-                    let resume = job.journal.exists();
-                    eprintln!(
-                        "job {id} ({}): its runner is gone; {}",
-                        job.name,
-                        if resume {
-                            "resuming it"
-                        } else {
-                            "starting it again"
-                        }
-                    );
-                    return self.launch(state, &job, resume);
-                }
+                _ => "its runner is gone".to_string(),
             },
         };
-        let _ = std::fs::remove_file(progress_file(&job));
+        let resumed = state.resumes.entry(id).or_default();
+        if *resumed >= MAX_RESUMES {
+            let message = format!(
+                "{why}, and it was resumed {MAX_RESUMES} times already, the most a job is \
+                 (its runner keeps dying: see {}; `constellation submit` it again once the \
+                 cause is fixed): {}",
+                runner_log(&job).display(),
+                log_tail(&runner_log(&job))
+            );
+            return self.end(state, &job, JobState::Failed, Some(message));
+        }
+        *resumed += 1;
+        let resume = job.journal.exists();
+        eprintln!(
+            "job {id} ({}): {why}; {} (resume {resumed} of at most {MAX_RESUMES})",
+            job.name,
+            if resume {
+                "resuming it"
+            } else {
+                "starting it again"
+            },
+        );
+        self.launch(state, &job, resume)
+    }
+
+    /// Ends job `job` as `end`, with `message`, and its counts as its
+    /// journal has them.
+    fn end(
+        &self,
+        state: &mut State,
+        job: &JobRow,
+        end: JobState,
+        message: Option<String>,
+    ) -> anyhow::Result<()> {
+        let (id, counts) = (job.id, ended_counts(job));
+        let _ = std::fs::remove_file(progress_file(job));
         state
             .store
             .set_ended(id, end, message.as_deref(), Some(&counts))?;
@@ -618,8 +695,13 @@ impl Shared {
             .with_context(|| format!("cannot open {}", log_path.display()))?;
         let progress = progress_file(job);
         let _ = std::fs::remove_file(&progress);
+        // The copy kept at submit; a job submitted by an older build has
+        // none and runs its graph file where it is.
+        let kept = dir.join(kept_graph_name(&job.graph));
+        let kept = kept.exists().then_some(kept);
         let mut args: Vec<OsString> = config.program_args.clone();
-        args.extend(["run".into(), job.graph.clone().into_os_string()]);
+        let graph = kept.as_ref().unwrap_or(&job.graph);
+        args.extend(["run".into(), graph.clone().into_os_string()]);
         args.extend(["--pool".into(), config.pool_file.clone().into_os_string()]);
         let journal_flag = if resume { "--resume" } else { "--journal" };
         args.extend([journal_flag.into(), job.journal.clone().into_os_string()]);
@@ -635,8 +717,18 @@ impl Shared {
             // One argument, so that a rule is never taken for a flag.
             args.push(format!("--relabel={rule}").into());
         }
+        if kept.is_some() {
+            args.extend([
+                "--kept-sweeps".into(),
+                dir.join(KEPT_SWEEPS).into_os_string(),
+            ]);
+        }
         if let Some(file) = &job.context_file {
-            args.extend(["--context-file".into(), file.clone().into_os_string()]);
+            let file = match kept {
+                Some(_) => dir.join(KEPT_CONTEXT_FILE),
+                None => file.clone(),
+            };
+            args.extend(["--context-file".into(), file.into_os_string()]);
         }
         // A resumed job was accepted once with the agents it had then; the
         // runner of a restarted pool node may start before they are back,
@@ -713,10 +805,15 @@ fn claim_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
 }
 
 /// Checks a submission: absolute paths (relative ones are taken from its
-/// working directory), a graph file that loads, a context file that
-/// reads, relabel rules that parse. Returns it with absolute paths, and
-/// its graph's size.
-fn check_submission(mut job: JobSubmission) -> Result<(JobSubmission, u64), String> {
+/// working directory), a graph that loads, a context file that reads,
+/// relabel rules that parse. The graph, its sweep files and the context
+/// file are written to `incoming` as the job will run them: as sent, or,
+/// from a client that sent only paths, as read here now. Returns the
+/// submission with absolute paths, and its graph's size.
+fn check_submission(
+    mut job: JobSubmission,
+    incoming: &IncomingFiles,
+) -> Result<(JobSubmission, u64), String> {
     if !job.cwd.is_absolute() {
         return Err(format!(
             "the working directory {} is not an absolute path",
@@ -733,35 +830,191 @@ fn check_submission(mut job: JobSubmission) -> Result<(JobSubmission, u64), Stri
     job.graph = job.cwd.join(&job.graph);
     job.context_file = job.context_file.map(|file| job.cwd.join(file));
     let paths = std::iter::once(&job.graph).chain(&job.context_file);
-    for path in paths.clone().chain([&job.cwd]) {
+    for path in paths.chain([&job.cwd]) {
         if path.to_str().is_none() {
             return Err(format!("{} is not a UTF-8 path", path.display()));
         }
     }
-    for path in paths {
-        if !path.is_file() {
-            return Err(format!(
-                "{} is not a file on the pool node's machine \
-                 (jobs run on a file system the submitter shares with the pool node)",
-                path.display()
-            ));
-        }
-    }
-    let graph = graph::Graph::load(&job.graph).map_err(|errors| {
+    let files = match job.files.take() {
+        Some(files) => *files,
+        None => read_submitted_files(&job)?,
+    };
+    incoming.write(&job.graph, &files)?;
+    let options = graph::LoadOptions {
+        kept_sweeps: Some(incoming.sweeps()),
+        ..graph::LoadOptions::default()
+    };
+    let file = job.graph.display().to_string();
+    let graph = graph::Graph::parse_with(
+        &files.graph,
+        graph::Format::of(&job.graph),
+        &file,
+        Path::new("."),
+        &options,
+    )
+    .map_err(|errors| {
         format!(
-            "{errors}\n{} error(s) in the graph file {}",
-            errors.0.len(),
-            job.graph.display()
+            "{errors}\n{} error(s) in the graph file {file}",
+            errors.0.len()
         )
     })?;
-    if let Some(file) = &job.context_file {
-        graph::read_context_file(file)?;
+    if let (Some(text), Some(path)) = (&files.context, &job.context_file) {
+        graph::parse_context_rules(text).map_err(|error| format!("{}: {error}", path.display()))?;
     }
     for rule in &job.relabel {
         rule.parse::<graph::Relabel>()
             .map_err(|error| format!("--relabel {error}"))?;
     }
     Ok((job, graph.len() as u64))
+}
+
+/// The files of a submission that sent only their paths, read on the pool
+/// node's machine now, within the default size limit.
+fn read_submitted_files(job: &JobSubmission) -> Result<SubmittedFiles, String> {
+    let shared = "(jobs run on a file system the submitter shares with the pool node)";
+    let graph = graph::Graph::load(&job.graph).map_err(|errors| {
+        format!(
+            "{errors}\n{} error(s) in the graph file {shared}",
+            errors.0.len()
+        )
+    })?;
+    let context = match &job.context_file {
+        Some(path) => Some(
+            graph::read_bounded(path, "context file", graph::DEFAULT_MAX_INPUT_BYTES, "")
+                .map_err(|error| format!("{error} {shared}"))?,
+        ),
+        None => None,
+    };
+    let mut sources = graph.sources().to_vec();
+    let graph_text = sources.remove(0).1;
+    Ok(SubmittedFiles {
+        graph: graph_text,
+        sweeps: sources,
+        context,
+    })
+}
+
+/// A job's files on their way into its folder: written to a folder of
+/// their own under `STATE/jobs`, mode 0700, files 0600, checked there,
+/// then moved to `STATE/jobs/ID` with the job's row; removed if the job
+/// is not stored.
+struct IncomingFiles {
+    dir: PathBuf,
+    placed: std::cell::Cell<bool>,
+}
+
+impl IncomingFiles {
+    fn new(jobs: &Path) -> Result<IncomingFiles, String> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = jobs.join(format!("{INCOMING}{}-{n}", std::process::id()));
+        // A folder left by a pool node killed mid-submit: its job was never
+        // stored, and this name is ours now.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+        Ok(IncomingFiles {
+            dir,
+            placed: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Removes the folders of submits that a pool node killed mid-submit
+    /// left: their jobs were never stored. Called with the state
+    /// directory's lock held, so no submit of another node is under way.
+    fn remove_stale(jobs: &Path) {
+        let Ok(entries) = std::fs::read_dir(jobs) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(INCOMING) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    /// Where the sweep files go.
+    fn sweeps(&self) -> PathBuf {
+        self.dir.join(KEPT_SWEEPS)
+    }
+
+    /// Writes the graph (named as [`kept_graph_name`] says for `graph`),
+    /// the sweep files and the context file.
+    fn write(&self, graph: &Path, files: &SubmittedFiles) -> Result<(), String> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let sweeps = self.sweeps();
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&sweeps)
+            .map_err(|error| format!("cannot create {}: {error}", sweeps.display()))?;
+        write_private(&self.dir.join(kept_graph_name(graph)), &files.graph)?;
+        for (name, text) in &files.sweeps {
+            write_private(&sweeps.join(graph::kept_sweep_name(name)), text)?;
+        }
+        if let Some(text) = &files.context {
+            write_private(&self.dir.join(KEPT_CONTEXT_FILE), text)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the files to `job_dir`, the new job's folder.
+    fn place(&self, job_dir: &Path) -> anyhow::Result<()> {
+        // `job_dir` was made empty for this job by `JobStore::submit`,
+        // which never reuses a folder already there; a rename replaces an
+        // empty directory.
+        std::fs::rename(&self.dir, job_dir).with_context(|| {
+            format!(
+                "cannot move {} to {}",
+                self.dir.display(),
+                job_dir.display()
+            )
+        })?;
+        self.placed.set(true);
+        Ok(())
+    }
+}
+
+impl Drop for IncomingFiles {
+    fn drop(&mut self) {
+        if !self.placed.get() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// How the name of a folder of [`IncomingFiles`] begins.
+const INCOMING: &str = ".incoming-";
+
+/// Where a job keeps its sweep files, under its folder.
+const KEPT_SWEEPS: &str = "sweeps";
+
+/// Where a job keeps its context file, under its folder.
+const KEPT_CONTEXT_FILE: &str = "contexts.toml";
+
+/// The name of a job's copy of its graph: `graph.json` for a JSON graph
+/// (the runner tells the format by the extension), `graph.toml` else.
+fn kept_graph_name(graph: &Path) -> &'static str {
+    match graph::Format::of(graph) {
+        graph::Format::Json => "graph.json",
+        graph::Format::Toml => "graph.toml",
+    }
+}
+
+/// Writes `text` to a new file at `path`, mode 0600, refusing to follow
+/// a link or to reuse a file someone put there.
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
 /// The job as `jobs` and `job` show it.
@@ -924,6 +1177,12 @@ fn signal(pid: u32, signal: i32) {
     unsafe { libc::kill(pid, signal) };
 }
 
+/// Whether a run journal's last run `status` says the run ended by
+/// itself: its runner's verdict stands, however the runner then exited.
+fn run_ended(status: Option<&str>) -> bool {
+    matches!(status, Some("succeeded" | "failed"))
+}
+
 /// An exit status in words.
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt as _;
@@ -982,11 +1241,13 @@ mod tests {
     /// it was started in `CWD/launches`, its pid and the signals it gets
     /// beside the job's journal, and ends once `CWD/go` exists, with the
     /// status in `CWD/exit-code` (0 without one), after printing
-    /// `CWD/last-words` if there is one.
+    /// `CWD/last-words` if there is one. While `CWD/die` exists it kills
+    /// itself with SIGKILL at once, as the OOM killer would.
     const FAKE_RUNNER: &str = r#"
 dir=$(dirname "$6")
 echo "$5 $6" >> "$PWD/launches"
 echo $$ > "$dir/fake.pid"
+if [ -e "$PWD/die" ]; then echo "dying" >&2; kill -9 $$; fi
 trap 'echo interrupted >> "$dir/fake.signals"; exit 130' INT
 trap 'echo terminated >> "$dir/fake.signals"; exit 130' TERM
 while [ ! -e "$PWD/go" ]; do sleep 0.05; done
@@ -1033,6 +1294,8 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
             priority,
             wait_for_labels: false,
             submitter: "tester@here".to_string(),
+            files: None,
+            token: None,
         }
     }
 
@@ -1111,7 +1374,13 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
             graph: "nowhere.toml".into(),
             ..submission(&dir, 0)
         };
-        assert!(refused(missing).contains("nowhere.toml is not a file"));
+        let missing = refused(missing);
+        assert!(
+            missing.contains("cannot read the graph file")
+                && missing.contains("nowhere.toml")
+                && missing.contains("shares with the pool node"),
+            "{missing}"
+        );
         let broken = JobSubmission {
             graph: "broken.toml".into(),
             ..submission(&dir, 0)
@@ -1136,7 +1405,28 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
             context_file: Some("contexts.toml".into()),
             ..submission(&dir, 0)
         };
-        assert!(refused(context).contains("contexts.toml is not a file"));
+        let context = refused(context);
+        assert!(
+            context.contains("cannot read the context file") && context.contains("contexts.toml"),
+            "{context}"
+        );
+        let long_name = JobSubmission {
+            name: Some("n".repeat(100_000)),
+            ..submission(&dir, 0)
+        };
+        assert!(refused(long_name).contains("at most 200 are allowed"));
+        let forged = JobSubmission {
+            name: Some("x\n7  forged  succeeded".to_string()),
+            ..submission(&dir, 0)
+        };
+        assert!(refused(forged).contains("control character"));
+        assert!(
+            std::fs::read_dir(dir.join("state/jobs"))
+                .unwrap()
+                .next()
+                .is_none(),
+            "refused submissions leave no files"
+        );
 
         // No slots (max_jobs 0): it stays queued, with its graph's size.
         let id = submit(&service, submission(&dir, 0));
@@ -1262,6 +1552,39 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
     }
 
     #[test]
+    fn a_runner_killed_by_a_signal_is_resumed_a_few_times_then_fails_its_job() {
+        let dir = scratch("killed");
+        std::fs::write(dir.join("die"), "").unwrap();
+        std::fs::write(dir.join("go"), "").unwrap();
+        let service = JobService::start(config(&dir, 2)).unwrap();
+        let id = submit(&service, submission(&dir, 0));
+        wait_until("the job fails", || {
+            job(&service, id).state == JobState::Failed
+        });
+        assert_eq!(
+            launches(&dir).len(),
+            1 + MAX_RESUMES as usize,
+            "started once, resumed {MAX_RESUMES} times: {:?}",
+            launches(&dir)
+        );
+        let message = job(&service, id).message.unwrap_or_default();
+        assert!(
+            message.starts_with("its runner was killed by signal 9, and it was resumed 3 times"),
+            "{message}"
+        );
+        assert!(message.contains("dying"), "with its last words: {message}");
+
+        // One that dies and is resumed goes on, once its runner lives.
+        let second = submit(&service, submission(&dir, 0));
+        wait_until("the second job is resumed", || launches(&dir).len() >= 6);
+        std::fs::remove_file(dir.join("die")).unwrap();
+        wait_until("the second job succeeds", || {
+            job(&service, second).state == JobState::Succeeded
+        });
+        service.stop(LIMIT);
+    }
+
+    #[test]
     fn a_restart_settles_resumes_restarts_or_waits_for_the_jobs_left_running() {
         let dir = scratch("restart");
         let dead = std::process::Command::new("true").spawn().unwrap();
@@ -1272,7 +1595,9 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
             std::fs::create_dir(dir.join("state/jobs")).unwrap();
             let mut store = JobStore::open(&dir.join("state")).unwrap();
             for _ in 0..4 {
-                let id = store.submit(&submission(&dir, 0), "left", 3).unwrap();
+                let id = store
+                    .submit(&submission(&dir, 0), "left", 3, |_| Ok(()))
+                    .unwrap();
                 store.set_running(id, dead_pid).unwrap();
             }
         }
@@ -1375,5 +1700,63 @@ exit "$(cat "$PWD/exit-code" 2>/dev/null || echo 0)"
         );
         assert_eq!(journal.runs().unwrap()[0].status, "interrupted");
         assert_eq!(cancel_pending(&dir.join("none.db")).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_submit_sent_twice_with_one_token_makes_one_job() {
+        let dir = scratch("token");
+        let service = JobService::start(config(&dir, 0)).unwrap();
+        let job = JobSubmission {
+            token: Some("5eed".to_string()),
+            ..submission(&dir, 0)
+        };
+        let first = submit(&service, job.clone());
+        let again = submit(&service, job.clone());
+        assert_eq!(first, again, "the retry gets the job the first try made");
+        let other = submit(
+            &service,
+            JobSubmission {
+                token: Some("f00d".to_string()),
+                ..job
+            },
+        );
+        assert_ne!(other, first);
+        match service.handle(ServiceRequest::Jobs { all: true }) {
+            Ok(ServiceResponse::Jobs { jobs }) => assert_eq!(jobs.len(), 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_job_keeps_the_files_it_was_submitted_with_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = scratch("kept");
+        let service = JobService::start(config(&dir, 0)).unwrap();
+        let sent =
+            "[[activity]]\nid = \"p-{n}\"\nfor = { n = { file = \"n.txt\" } }\nscript = \"true\"\n";
+        let sending = JobSubmission {
+            files: Some(Box::new(SubmittedFiles {
+                graph: sent.to_string(),
+                sweeps: vec![("n.txt".to_string(), "1\n2\n".to_string())],
+                context: None,
+            })),
+            ..submission(&dir, 0)
+        };
+        let id = submit(&service, sending);
+        let kept = dir.join(format!("state/jobs/{id}"));
+        assert_eq!(
+            std::fs::read_to_string(kept.join("graph.toml")).unwrap(),
+            sent
+        );
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&kept.join("graph.toml")), 0o600);
+        assert_eq!(mode(&kept), 0o700);
+        let sweep = kept.join("sweeps").join(graph::kept_sweep_name("n.txt"));
+        assert_eq!(std::fs::read_to_string(sweep).unwrap(), "1\n2\n");
+        assert_eq!(
+            job(&service, id).counts.total,
+            2,
+            "the sent graph counts, not the file graph.toml beside it"
+        );
     }
 }

@@ -14,20 +14,28 @@ pub const MAX_ID_BYTES: usize = 200;
 
 /// Why an id cannot name an activity, its journal rows and its output folder.
 pub(super) fn check_id(id: &str) -> Result<(), String> {
-    if id.trim().is_empty() {
-        return Err("the id is empty".into());
+    check_printable(id, "id", MAX_ID_BYTES)
+}
+
+/// Why `text`, a name of the kind `what` (an activity's `id`, a job's
+/// name), cannot be one: empty, longer than `max_bytes`, or holding a
+/// control character (a newline or an escape sequence would forge lines
+/// in tables and logs, or drive the terminal that shows them).
+pub fn check_printable(text: &str, what: &str, max_bytes: usize) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err(format!("the {what} is empty"));
     }
-    if id.len() > MAX_ID_BYTES {
-        let start: String = id.chars().take(40).collect();
+    if text.len() > max_bytes {
+        let start: String = text.chars().take(40).collect();
         return Err(format!(
-            "the id `{start}…` has {} bytes; at most {MAX_ID_BYTES} are allowed",
-            id.len()
+            "the {what} `{start}…` has {} bytes; at most {max_bytes} are allowed",
+            text.len()
         ));
     }
-    if let Some(c) = id.chars().find(|c| c.is_control()) {
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        let start: String = text.chars().take(80).collect();
         return Err(format!(
-            "the id {id:?} contains the control character {:?}; ids are printable text",
-            c
+            "the {what} {start:?} contains the control character {c:?}; {what}s are printable text",
         ));
     }
     Ok(())

@@ -19,8 +19,9 @@
 //! expands sweeps, `after` resolves `after` items, `files` turns
 //! files read and written into dependencies, `deps` holds the
 //! dependency structure and walks it (order, resume, cycles), `fields`
-//! checks single fields (ids, contexts, durations), and `errors`
-//! collects and places what is wrong with a file.
+//! checks single fields (ids, contexts, durations), `errors`
+//! collects and places what is wrong with a file, and `size` finds
+//! activities too large to travel to another node.
 
 mod after;
 mod deps;
@@ -28,6 +29,7 @@ mod errors;
 mod fields;
 mod files;
 mod parse;
+mod size;
 
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
@@ -43,7 +45,8 @@ use crate::template::Template;
 use deps::{Csr, Group};
 pub use errors::{GraphError, GraphErrors};
 pub(crate) use fields::glob_match;
-pub use fields::{parse_context, parse_duration, MAX_ID_BYTES};
+pub use fields::{check_printable, parse_context, parse_duration, MAX_ID_BYTES};
+pub use size::TRAVEL_SLACK;
 
 /// Instances one entry may expand into; a sweep beyond this is a typo more
 /// often than a plan.

@@ -11,22 +11,38 @@ use super::errors::{Errors, GraphError, GraphErrors};
 use super::fields::{check_id, parse_context, parse_duration};
 use super::{hash_id, Entry, Format, Graph, ProgramTemplate, Variable, MAX_INSTANCES};
 use crate::file::{toml_spans, RawEntry, RawGraph, RawValues};
+use crate::input::{kept_sweep_name, read_bounded, LoadOptions, RAISE_LIMIT};
 use crate::template::Template;
 
 impl Graph {
     /// Reads and checks the graph file at `path`; relative `file` sweeps
-    /// are read next to it.
+    /// are read next to it. Each file may have at most
+    /// [`DEFAULT_MAX_INPUT_BYTES`](crate::DEFAULT_MAX_INPUT_BYTES).
     pub fn load(path: &Path) -> Result<Graph, GraphErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            GraphErrors(vec![GraphError {
-                file: path.display().to_string(),
-                line_column: None,
-                entry: None,
-                message: format!("cannot read the graph file: {e}"),
-            }])
-        })?;
+        Graph::load_with(path, &LoadOptions::default())
+    }
+
+    /// [`load`](Self::load), with the size limit and the place of sweep
+    /// files in `options`.
+    pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Graph, GraphErrors> {
+        let text = read_bounded(path, "graph file", options.max_bytes, RAISE_LIMIT).map_err(
+            |message| {
+                GraphErrors(vec![GraphError {
+                    file: path.display().to_string(),
+                    line_column: None,
+                    entry: None,
+                    message,
+                }])
+            },
+        )?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Graph::parse(&text, Format::of(path), &path.display().to_string(), base)
+        Graph::parse_with(
+            &text,
+            Format::of(path),
+            &path.display().to_string(),
+            base,
+            options,
+        )
     }
 
     /// Checks the graph in `text`. `file` names it in messages; `base` is
@@ -36,6 +52,17 @@ impl Graph {
         format: Format,
         file: &str,
         base: &Path,
+    ) -> Result<Graph, GraphErrors> {
+        Graph::parse_with(text, format, file, base, &LoadOptions::default())
+    }
+
+    /// [`parse`](Self::parse), reading sweep files as `options` says.
+    pub fn parse_with(
+        text: &str,
+        format: Format,
+        file: &str,
+        base: &Path,
+        options: &LoadOptions,
     ) -> Result<Graph, GraphErrors> {
         let mut errors = Errors {
             file: file.to_string(),
@@ -79,9 +106,13 @@ impl Graph {
         graph.sources.push((file.to_string(), text.to_string()));
         let mut context_at: HashMap<ContextList, u32> = HashMap::new();
         for (k, raw_entry) in raw.activities.iter().enumerate() {
-            let Some((entry, context)) =
-                compile(raw_entry, k, base, &mut graph.sources, &mut errors)
-            else {
+            let Some((entry, context)) = compile(
+                raw_entry,
+                k,
+                (base, options),
+                &mut graph.sources,
+                &mut errors,
+            ) else {
                 continue;
             };
             if !errors.list.is_empty() {
@@ -214,13 +245,13 @@ impl Graph {
 pub(super) fn compile(
     raw: &RawEntry,
     k: usize,
-    base: &Path,
+    sweep_files: (&Path, &LoadOptions),
     sources: &mut Vec<(String, String)>,
     errors: &mut Errors,
 ) -> Option<(Entry, ContextList)> {
     let mut variables: Vec<Variable> = Vec::new();
     for (name, values) in &raw.sweep {
-        match sweep_values(values, base, sources) {
+        match sweep_values(values, sweep_files, sources) {
             Ok(list) if list.is_empty() => {
                 errors.at_field(
                     k,
@@ -354,10 +385,11 @@ pub(super) fn compile(
     Some((entry, context))
 }
 
-/// A sweep variable's values; a `file` it reads is kept in `sources`.
+/// A sweep variable's values; a `file` it reads (beside the graph file
+/// in `base`, or kept as `options` says) is kept in `sources`.
 fn sweep_values(
     values: &RawValues,
-    base: &Path,
+    (base, options): (&Path, &LoadOptions),
     sources: &mut Vec<(String, String)>,
 ) -> Result<Vec<String>, String> {
     match values {
@@ -394,9 +426,11 @@ fn sweep_values(
             })
             .collect(),
         RawValues::File { file } => {
-            let path = base.join(file);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let path = match &options.kept_sweeps {
+                Some(kept) => kept.join(kept_sweep_name(file)),
+                None => base.join(file),
+            };
+            let text = read_bounded(&path, "sweep file", options.max_bytes, RAISE_LIMIT)?;
             let values = text
                 .lines()
                 .map(str::trim)

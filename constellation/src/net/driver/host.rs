@@ -17,20 +17,47 @@ use crate::wire::{decode_activity, encode_activity, WireError};
 /// The local pool, seen from the node protocol.
 pub(crate) struct PoolHost {
     pool: Arc<Pool>,
-    /// How many bytes of activity state one steal reply may carry: half
-    /// the largest frame, leaving room for the pending events and the
-    /// envelope around them.
+    /// How many bytes of activity state one steal reply may carry
+    /// ([`NodeConfig::largest_activity`](crate::net::NodeConfig::largest_activity)).
     loot_budget: usize,
+    /// Activities given up because they can never leave this node and no
+    /// executor here can run them, with why, until the driver takes them.
+    given_up: Vec<(ActivityId, String)>,
 }
 
 impl PoolHost {
-    /// The host of `pool`, whose steal replies must fit frames of
-    /// `max_frame` bytes.
-    pub(crate) fn new(pool: Arc<Pool>, max_frame: usize) -> Self {
+    /// The host of `pool`, whose steal replies carry at most
+    /// `loot_budget` bytes of activity state.
+    pub(crate) fn new(pool: Arc<Pool>, loot_budget: usize) -> Self {
         PoolHost {
             pool,
-            loot_budget: max_frame / 2,
+            loot_budget,
+            given_up: Vec::new(),
         }
+    }
+
+    /// The activities given up since the last call: they were created
+    /// here, can never travel, and no executor here can run them.
+    pub(crate) fn take_given_up(&mut self) -> Vec<(ActivityId, String)> {
+        std::mem::take(&mut self.given_up)
+    }
+
+    /// An activity taken for export that can never travel (`why`): it
+    /// stays here if an executor here can run it (or it came from
+    /// another node, which waits to hear of its end), and is given up
+    /// otherwise, so that it does not wait forever on a node that cannot
+    /// run it.
+    fn cannot_travel(&mut self, activity: Stolen<Box<dyn Activity>>, why: String) {
+        let id = activity.id;
+        let came_from_elsewhere = activity.trail.contains(&OFF_NODE);
+        if came_from_elsewhere || self.pool.matcher().any_executor_can_run(&activity.contexts) {
+            tracing::error!(%id, %why, "an activity cannot travel; it stays here");
+            self.keep(activity, false);
+            return;
+        }
+        tracing::error!(%id, %why, "an activity cannot travel and no executor here can run it; given up");
+        self.pool.exported_finished(id, &activity.trail);
+        self.given_up.push((id, why));
     }
 
     /// The pool itself, for what the protocol does not cover (status,
@@ -83,15 +110,18 @@ impl Host for PoolHost {
                     self.keep(activity, true);
                     continue;
                 }
-                Ok(_) => {
-                    let limit = self.loot_budget;
-                    tracing::error!(%id, limit, "an activity is too large to travel in a frame; it stays here");
-                    self.keep(activity, false);
+                Ok(body) => {
+                    let why = format!(
+                        "it is too large to travel to another node: {} bytes encoded, and a \
+                         steal reply carries less than {} bytes",
+                        body.state.len(),
+                        self.loot_budget
+                    );
+                    self.cannot_travel(activity, why);
                     continue;
                 }
                 Err(error) => {
-                    tracing::error!(%id, %error, "an activity cannot be encoded; it stays here");
-                    self.keep(activity, false);
+                    self.cannot_travel(activity, format!("it cannot be encoded: {error}"));
                     continue;
                 }
             };

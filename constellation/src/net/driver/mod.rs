@@ -246,7 +246,7 @@ impl Driver {
         }
         Ok(Driver {
             node,
-            host: PoolHost::new(pool, config.max_frame),
+            host: PoolHost::new(pool, config.largest_activity()),
             swarm,
             shared,
             idle_pending,
@@ -366,6 +366,11 @@ impl Driver {
                     self.shared.lost.lock().push((id, reason))
                 }
             }
+        }
+        // Given up by the host itself: it logged them.
+        let given_up = self.host.take_given_up();
+        if !given_up.is_empty() {
+            self.shared.lost.lock().extend(given_up);
         }
         if members_changed {
             self.note_masters();

@@ -15,13 +15,13 @@ use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, InboundRequestId, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::dial_opts::DialOpts;
-use libp2p::swarm::{ConnectionId, SwarmEvent};
+use libp2p::swarm::{ConnectionId, DialError, SwarmEvent};
 use libp2p::{identity, Multiaddr, PeerId, StreamProtocol, SwarmBuilder};
 use parking_lot::Mutex;
 
 use super::{Driver, InFlight};
 use crate::net::codec::{FrameCodec, PROTOCOL};
-use crate::net::join::{classify, with_causes};
+use crate::net::join::{classify, dial_failure, with_causes};
 use crate::net::message::{Envelope, NetPeer, Request, Response};
 use crate::net::{JoinFailure, JoinProblem, NodeConfig, NodeError};
 use crate::protocol::Transmit;
@@ -233,6 +233,12 @@ impl Driver {
             } => {
                 // Requests on it fail, and the node hears of each.
                 tracing::debug!(%peer_id, ?cause, "connection closed");
+                if cause
+                    .as_ref()
+                    .is_some_and(|cause| was_reset(&format!("{cause:?}")))
+                {
+                    self.unreachable(peer_id);
+                }
             }
             SwarmEvent::IncomingConnectionError {
                 send_back_addr,
@@ -258,15 +264,40 @@ impl Driver {
                 peer_id,
                 error,
                 ..
-            } => match self.bootstrap.dials.remove(&connection_id) {
-                Some(address) => {
-                    let problem = JoinProblem::from_dial_error(address, &error);
-                    record_problem(&self.shared.join_problems, problem);
+            } => {
+                if let Some(peer) = peer_id {
+                    if dial_failure(&error).0 == JoinFailure::Refused {
+                        self.unreachable(peer);
+                    }
                 }
-                None => tracing::debug!(?peer_id, %error, "could not connect"),
-            },
+                self.dial_failed(connection_id, peer_id, &error);
+            }
             SwarmEvent::Behaviour(event) => self.on_rpc(event),
             _ => {}
+        }
+    }
+
+    /// A dial failed: one to a bootstrap address is kept as a join problem.
+    fn dial_failed(&mut self, connection: ConnectionId, peer: Option<PeerId>, error: &DialError) {
+        match self.bootstrap.dials.remove(&connection) {
+            Some(address) => {
+                let problem = JoinProblem::from_dial_error(address, error);
+                record_problem(&self.shared.join_problems, problem);
+            }
+            None => tracing::debug!(?peer, %error, "could not connect"),
+        }
+    }
+
+    /// A connection to `peer` was refused or reset: if it is a member, the
+    /// node suspects it at once ([`Node::handle_unreachable`](crate::protocol::Node::handle_unreachable)).
+    fn unreachable(&mut self, peer: PeerId) {
+        let text = self.peers.text(peer).to_string();
+        let member = (self.node.members())
+            .find(|(id, _)| id.peer.id == text)
+            .map(|(id, _)| id.peer.clone());
+        if let Some(member) = member {
+            tracing::debug!(%peer, "a member's connection was refused or reset");
+            self.node.handle_unreachable(&member, Instant::now());
         }
     }
 
@@ -494,6 +525,23 @@ impl Driver {
             .behaviour_mut()
             .send_request_with_addresses(&peer, request, addrs)
     }
+}
+
+/// Whether a connection's end (its error, as `Debug` shows it: the layers
+/// between TCP and libp2p box their errors) says the peer's side is gone:
+/// reset, or ended in the middle of the stream, as when its process dies.
+/// A timeout is not one: a peer starved of CPU times out, alive.
+fn was_reset(cause: &str) -> bool {
+    let text = cause.to_lowercase();
+    [
+        "connectionreset",
+        "connection reset",
+        "brokenpipe",
+        "broken pipe",
+        "unexpectedeof",
+    ]
+    .iter()
+    .any(|word| text.contains(word))
 }
 
 /// Keeps `problem` as the last one at its address, and logs it as a

@@ -21,6 +21,44 @@ use crate::protocol::host::Host;
 use crate::protocol::message::Notice;
 use crate::protocol::node::NodeEvent;
 
+/// Why an exporter takes back work it handed out without hearing of its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lapse {
+    /// The thief was declared dead, or left, holding it.
+    ThiefGone,
+    /// The thief never acknowledged the loot that carried it.
+    Unacknowledged,
+}
+
+impl Lapse {
+    /// Why the work is queued again, for the log.
+    fn why(self) -> &'static str {
+        match self {
+            Lapse::ThiefGone => "the node running it died",
+            Lapse::Unacknowledged => {
+                "the member it was handed to never acknowledged it (the loot may have been lost)"
+            }
+        }
+    }
+
+    /// Why the work is given up instead, for the node that reports it lost.
+    fn give_up_reason(self, give_up: &custody::GiveUp) -> String {
+        match (self, give_up) {
+            (Lapse::ThiefGone, _) => give_up.to_string(),
+            (Lapse::Unacknowledged, custody::GiveUp::NotRestartable) => {
+                "the member it was handed to never acknowledged it, and it may not be restarted"
+                    .to_string()
+            }
+            (Lapse::Unacknowledged, custody::GiveUp::TooManyAttempts { attempt, limit }) => {
+                format!(
+                    "it was handed out {attempt} times without an end (the limit is {limit}); \
+                     the last member never acknowledged it"
+                )
+            }
+        }
+    }
+}
+
 impl<P, H> Node<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
@@ -82,6 +120,24 @@ where
                     self.take_back(id, kept, true, host);
                 }
             }
+            Notice::LootTaken { request } => {
+                self.unacknowledged.remove(&(from, request));
+            }
+        }
+    }
+
+    /// The loot that answered `thief`'s steal request `request` was never
+    /// acknowledged: what it carried and is still held there is queued
+    /// again, once. (Work the thief did get runs twice then, which
+    /// at-least-once allows; work it did not get is run at last.)
+    pub(super) fn loot_unacknowledged(&mut self, thief: NodeId, request: u64, host: &mut H) {
+        let Some(ids) = self.unacknowledged.remove(&(thief, request)) else {
+            return;
+        };
+        for id in ids {
+            if let Some(export) = self.custody.take_export(id, thief) {
+                self.requeue(id, export.copy, Lapse::Unacknowledged, host);
+            }
         }
     }
 
@@ -102,15 +158,22 @@ where
         }
     }
 
-    /// Queues an activity again whose thief died, or gives it up.
-    pub(super) fn requeue(&mut self, id: ActivityId, kept: Kept<H::Body>, host: &mut H) {
+    /// Queues an activity again whose thief died or never acknowledged
+    /// it, with the next attempt, or gives it up.
+    pub(super) fn requeue(
+        &mut self,
+        id: ActivityId,
+        kept: Kept<H::Body>,
+        lapse: Lapse,
+        host: &mut H,
+    ) {
         self.location.remove(&id);
         let restartable = kept.export.restartable;
         let attempt = match custody::retry(kept.attempt, restartable, self.settings.max_attempts) {
             Ok(attempt) => attempt,
             Err(give_up) => {
                 host.settle(id, &kept.export.trail);
-                self.give_up_upstream(id, give_up.to_string());
+                self.give_up_upstream(id, lapse.give_up_reason(&give_up));
                 return;
             }
         };
@@ -121,7 +184,7 @@ where
         }
         self.attempts.insert(id, attempt);
         self.stats.requeued += 1;
-        tracing::warn!(%id, attempt, "queued again: the node running it died");
+        tracing::warn!(%id, attempt, "queued again: {}", lapse.why());
         if id.origin() != self.settings.node {
             let at = self.settings.node;
             self.notify(id.origin(), Notice::Moved { id, at });

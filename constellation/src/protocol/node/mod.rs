@@ -68,7 +68,8 @@ pub struct Settings {
     /// grace for a `Leaving` that SWIM's goodbye overtook). A silent member
     /// is so given up within about `failure_timeout + 3 × probe_period`.
     /// Also how long a member that said it leaves is given for its last
-    /// notices.
+    /// notices, and, with two probe periods, how long a loot waits for its
+    /// thief to say it arrived before its work is queued again.
     pub failure_timeout: Duration,
     /// How often SWIM probes a member at random.
     pub probe_period: Duration,
@@ -167,6 +168,9 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     /// Copies of activities handed to other nodes, and whom to tell when
     /// an activity taken in finishes: the chain of custody.
     custody: Custody<NodeId, Kept<H::Body>>,
+    /// Loots handed out whose thief has not said it took them, by thief
+    /// and its steal request: the activities they carried.
+    unacknowledged: FxHashMap<(NodeId, u64), Vec<ActivityId>>,
     /// Attempts of activities here that were handed out before.
     attempts: FxHashMap<ActivityId, u32>,
     /// Where activities that left this node, or that originated here, are now.
@@ -240,6 +244,7 @@ where
             effects: SwimEffects::new(),
             roster: Roster::new(),
             custody: Custody::new(),
+            unacknowledged: FxHashMap::default(),
             attempts: FxHashMap::default(),
             location: FxHashMap::default(),
             early: FxHashMap::default(),
@@ -305,7 +310,8 @@ where
                 max,
             } => {
                 self.note_sender(&from, now);
-                self.on_steal(&from, request, &thief, &steal_from, max, host);
+                let loot = self.on_steal(&from, request, &thief, &steal_from, max, host);
+                self.await_loot_taken(from.node, request, loot, now);
             }
             Message::Loot {
                 request,
@@ -345,6 +351,21 @@ where
         self.finish(now, host);
     }
 
+    /// A connection to `peer` was refused or reset: nothing listens where
+    /// it was, as when its process died. SWIM suspects it at once, instead
+    /// of at its next failed probe (up to a probe period per member later),
+    /// and declares it down if it does not refute within the failure
+    /// timeout, as after a failed probe.
+    ///
+    /// Only for a refused or reset connection, never for a timeout: a node
+    /// starved of CPU times out but still accepts connections, and it must
+    /// not be suspected for being busy. A suspected node that lives refutes
+    /// the suspicion as soon as it hears of it.
+    pub fn handle_unreachable(&mut self, peer: &P, now: Instant) {
+        self.suspect_unreachable(peer, now);
+        self.drain_swim(now);
+    }
+
     /// Time has come: the moment [`poll_timeout`](Self::poll_timeout) named,
     /// or later.
     pub fn handle_timeout(&mut self, now: Instant, host: &mut H) {
@@ -361,6 +382,12 @@ where
                 Due::Recontact => self.recontact(now),
                 Due::DownGrace { node, bump } => self.down_grace_over(node, bump, now, host),
                 Due::LeaverGone { node, bump } => self.leaver_gone(node, bump, now, host),
+                Due::UnreachableSuspect { id, incarnation } => {
+                    self.unreachable_suspect_over(id, incarnation, now)
+                }
+                Due::LootUnacknowledged { thief, request } => {
+                    self.loot_unacknowledged(thief, request, host)
+                }
             }
         }
         self.finish(now, host);
@@ -492,6 +519,14 @@ where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
 {
+    /// How long an exporter waits for a thief to acknowledge a loot before
+    /// it queues the loot's work again: as long as SWIM takes to declare a
+    /// silent member down, so that a thief that is merely slow is not
+    /// taken for one that never got its loot any sooner than for a dead one.
+    fn loot_ack_wait(&self) -> Duration {
+        self.settings.failure_timeout + 2 * self.settings.probe_period
+    }
+
     /// Queues `message` for `to`, with this node as its sender.
     fn send(&mut self, to: P, message: Message<H::Body, H::Event>) {
         let envelope = Envelope {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::roster::VictimSet;
 use super::{Kept, Node};
 use crate::context::ExecutorContext;
-use crate::id::NodeId;
+use crate::id::{ActivityId, NodeId};
 use crate::protocol::host::Host;
 use crate::protocol::message::{MemberId, Message, Notice, Travelling};
 use crate::protocol::steal::{Strategy, Throttle};
@@ -111,7 +111,8 @@ where
         }
     }
 
-    /// Answers a steal request, always, with the loot (possibly none).
+    /// Answers a steal request, always, with the loot (possibly none);
+    /// returns the ids of the activities it carries.
     pub(super) fn on_steal(
         &mut self,
         from: &MemberId<P>,
@@ -120,13 +121,33 @@ where
         steal_from: &str,
         max: u32,
         host: &mut H,
-    ) {
+    ) -> Vec<ActivityId> {
         let activities = self.export(from.node, thief, steal_from, max as usize, host);
+        let ids = activities.iter().map(|activity| activity.id).collect();
         let loot = Message::Loot {
             request,
             activities,
         };
         self.send(from.peer.clone(), loot);
+        ids
+    }
+
+    /// A loot that carries work waits for the thief's
+    /// [`Notice::LootTaken`]: one lost on the way would otherwise stay in
+    /// custody here, unrun, for as long as the thief lives.
+    pub(super) fn await_loot_taken(
+        &mut self,
+        thief: NodeId,
+        request: u64,
+        ids: Vec<ActivityId>,
+        now: Instant,
+    ) {
+        if ids.is_empty() {
+            return;
+        }
+        self.unacknowledged.insert((thief, request), ids);
+        let at = now + self.loot_ack_wait();
+        (self.timers).set(at, super::Due::LootUnacknowledged { thief, request });
     }
 
     /// Up to half of the queued work, at most what the thief and this node
@@ -188,6 +209,9 @@ where
             } else {
                 self.import(exporter, activity, now, host);
             }
+        }
+        if taken > 0 {
+            self.notify(exporter, Notice::LootTaken { request });
         }
         // A reply to a request given up on (its victim was declared dead
         // meanwhile) still carries work the victim keeps copies of: it is

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use foca::OwnedNotification;
 
+use super::handover::Lapse;
 use super::timers::Due;
 use super::Node;
 use crate::id::NodeId;
@@ -236,6 +237,68 @@ where
         }
     }
 
+    /// Makes the member reached as `peer` a suspect, as a failed probe
+    /// would, unless it is already (or no longer) one; see
+    /// [`Node::handle_unreachable`].
+    pub(super) fn suspect_unreachable(&mut self, peer: &P, now: Instant) {
+        if self.leaving {
+            return;
+        }
+        let Some(member) = self.roster.iter().find(|member| member.id.peer == *peer) else {
+            return;
+        };
+        // A leaver closes its connections on purpose: its `Leaving` has
+        // the failure timeout for its last notices.
+        if !member.up || member.leaving.is_some() {
+            return;
+        }
+        let id = member.id.clone();
+        let Some(known) = self.swim.iter_members().find(|known| *known.id() == id) else {
+            return;
+        };
+        // A suspect already has a timer running where it was suspected.
+        if known.state() != foca::State::Alive {
+            return;
+        }
+        let incarnation = known.incarnation();
+        let suspect = foca::Member::new(id.clone(), incarnation, foca::State::Suspect);
+        if let Err(error) =
+            (self.swim).apply_many(std::iter::once(suspect), true, &mut self.effects)
+        {
+            tracing::debug!(%error, "SWIM did not take a suspicion");
+            return;
+        }
+        tracing::debug!(node = %id.node, "a connection to a member was refused or reset: suspected at once");
+        let at = now + self.settings.failure_timeout;
+        self.timers
+            .set(at, Due::UnreachableSuspect { id, incarnation });
+    }
+
+    /// The failure timeout after a suspicion for a refused or reset
+    /// connection is over: a member that did not refute it (its
+    /// incarnation is the same) is declared down, as SWIM does with a
+    /// suspect that failed a probe.
+    pub(super) fn unreachable_suspect_over(
+        &mut self,
+        id: MemberId<P>,
+        incarnation: u16,
+        now: Instant,
+    ) {
+        let unrefuted = self.swim.iter_members().any(|known| {
+            *known.id() == id
+                && known.state() == foca::State::Suspect
+                && known.incarnation() == incarnation
+        });
+        if !unrefuted {
+            return;
+        }
+        let down = foca::Member::new(id, incarnation, foca::State::Down);
+        if let Err(error) = (self.swim).apply_many(std::iter::once(down), true, &mut self.effects) {
+            tracing::debug!(%error, "SWIM did not take a suspect's end");
+        }
+        self.drain_swim(now);
+    }
+
     /// The grace after SWIM declared a member down is over.
     pub(super) fn down_grace_over(&mut self, node: NodeId, bump: u16, now: Instant, host: &mut H) {
         let dead = (self.roster.get(node))
@@ -297,9 +360,11 @@ where
         }
         for id in self.custody.held_by(node) {
             while let Some(export) = self.custody.take_export(id, node) {
-                self.requeue(id, export.copy, host);
+                self.requeue(id, export.copy, Lapse::ThiefGone, host);
             }
         }
+        // What it did not acknowledge was just taken back with the rest.
+        self.unacknowledged.retain(|(thief, _), _| *thief != node);
         self.outbox.remove(&node);
         let stale: Vec<u64> = (self.steals.iter())
             .filter(|(_, (_, victim))| victim.peer == node)

@@ -30,6 +30,24 @@ pub(super) enum Due<P> {
         /// Its bump when SWIM declared it down.
         bump: u16,
     },
+    /// A member suspected because a connection to it was refused or reset
+    /// has had the failure timeout to refute it: unless it did, SWIM
+    /// declares it down.
+    UnreachableSuspect {
+        /// The member as it was suspected.
+        id: MemberId<P>,
+        /// Its incarnation then; a refutation raises it.
+        incarnation: u16,
+    },
+    /// A loot handed to `thief` has not been acknowledged within a silent
+    /// member's detection time: what it carried and is still held there is
+    /// queued again.
+    LootUnacknowledged {
+        /// The member the loot went to.
+        thief: NodeId,
+        /// The thief's steal request it answered.
+        request: u64,
+    },
     /// A member that said it leaves has had the failure timeout for its
     /// last notices: it is removed, and what it still holds is queued again.
     LeaverGone {

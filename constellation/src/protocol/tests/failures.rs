@@ -341,3 +341,82 @@ fn a_leaver_s_swim_goodbye_may_overtake_its_leaving() -> Result<(), String> {
     assert!(c.host(0).reclaims.iter().all(|r| r.attempt == 1));
     Ok(())
 }
+
+/// How long an exporter waits for a thief to say it took a loot, in these
+/// tests: as long as SWIM takes to declare a silent member down.
+const LOOT_ACK_WAIT: Duration =
+    Duration::from_secs(FAILURE_TIMEOUT.as_secs() + 2 * PROBE_PERIOD.as_secs());
+
+#[test]
+fn a_lost_loot_is_queued_again_while_its_thief_lives() -> Result<(), String> {
+    // 0 has the work, 1 steals it, and the loot is lost on the way (a
+    // reply on a connection that failed); 1 lives on, so SWIM never
+    // declares it dead, and before, 0 kept the work in custody for good.
+    let mut c = Cluster::new(3);
+    c.form(secs(10))?;
+    let job = c.submit(0, millis(100));
+    c.lose_kind(0, 1, "loot");
+    c.executors_on(1, true);
+    c.run_until(secs(5), "node 0 handed its work to node 1", |c| {
+        c.host(0).exports == [job] && c.log.dropped > 0
+    })?;
+    let lost_at = c.now();
+    c.heal();
+    c.executors_on(0, true);
+    let took = c.run_until(
+        LOOT_ACK_WAIT + secs(2),
+        "node 0 queued the lost loot's work again",
+        |c| !c.host(0).reclaims.is_empty(),
+    )?;
+    println!("a lost loot's work was queued again {took:?} after it was lost");
+    assert_eq!(
+        c.host(0).reclaims,
+        [Reclaim {
+            id: job,
+            attempt: 1,
+            stealable: true
+        }]
+    );
+    c.run_until(secs(5), "the work ran", |c| {
+        c.all_finished().contains_key(&job)
+    })?;
+    c.run_for(LOOT_ACK_WAIT * 2)?;
+    assert_eq!(
+        c.all_finished()[&job],
+        [1],
+        "it ran once, at its second attempt"
+    );
+    assert_eq!(c.host(0).reclaims.len(), 1, "queued again once");
+    assert_eq!(c.live(), [0, 1, 2], "no node died");
+    assert_eq!(c.node(0).stats().dead_members, 0);
+    assert!(c.now() - lost_at < LOOT_ACK_WAIT * 4);
+    assert!(!c.events_of(0).any(|e| matches!(e, NodeEvent::Lost { .. })));
+    Ok(())
+}
+
+#[test]
+fn a_loot_that_arrives_is_acknowledged_and_never_queued_again() -> Result<(), String> {
+    let mut c = Cluster::new(2);
+    c.form(secs(10))?;
+    let job = c.submit(0, LOOT_ACK_WAIT * 2);
+    c.executors_on(1, true);
+    c.run_until(secs(5), "node 1 runs the work", |c| {
+        c.host(1).running().contains(&job)
+    })?;
+    c.run_for(LOOT_ACK_WAIT + secs(1))?;
+    assert!(
+        (c.log.notices.iter()).any(|(_, from, to, n)| (*from, *to) == (1, 0)
+            && matches!(n, Notice::LootTaken { .. })),
+        "node 1 acknowledged the loot: {:?}",
+        c.log.notices
+    );
+    assert!(
+        c.host(0).reclaims.is_empty(),
+        "an acknowledged loot waits for its end"
+    );
+    c.run_until(LOOT_ACK_WAIT * 2, "the work ended", |c| {
+        c.host(0).settles == [job]
+    })?;
+    assert_eq!(c.all_finished()[&job], [0]);
+    Ok(())
+}

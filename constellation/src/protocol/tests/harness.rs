@@ -7,7 +7,9 @@
 //! each message by its link's latency plus a seeded jitter (so messages on
 //! one link may overtake each other, as requests on separate streams do),
 //! drops what crosses a cut link, and answers a message to a dead node
-//! with a send failure after the way back, as a reset connection would.
+//! with a send failure after the way back, as a refused connection would
+//! (the sender hears [`Node::handle_send_failed`] and
+//! [`Node::handle_unreachable`]).
 //!
 //! After every input to a node, the harness does what a driver does:
 //! drains [`Node::poll_transmit`] and [`Node::poll_event`], re-arms the
@@ -670,8 +672,11 @@ impl Cluster {
             }
             Happening::SendFailed { node, to, steal } => {
                 self.log.send_failures.push((self.now, node, to, steal));
+                // Only a dead node's messages fail here, as a refused
+                // connection tells its sender.
                 self.input(node, move |n, host, now| {
-                    n.handle_send_failed(&to, steal, now, host)
+                    n.handle_send_failed(&to, steal, now, host);
+                    n.handle_unreachable(&to, now);
                 });
             }
             Happening::Timer { node, at } => {

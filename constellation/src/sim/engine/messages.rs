@@ -139,8 +139,11 @@ impl Engine<'_> {
             // The thief counts it as an empty reply.
             self.messages.empty_replies += 1;
         }
+        // A message fails here only when its node is not alive, as a
+        // refused connection tells the sender that nothing listens there.
         self.input(node, |protocol, now, host| {
-            protocol.handle_send_failed(&to, steal, now, host)
+            protocol.handle_send_failed(&to, steal, now, host);
+            protocol.handle_unreachable(&to, now);
         });
     }
 

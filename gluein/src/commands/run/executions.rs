@@ -14,7 +14,12 @@
 //! - journals an extra execution's result (a re-run after the notice that
 //!   the first one finished was lost with its agent, or a second copy) as
 //!   more attempts of its activity, whose state stays as it was;
-//! - when the run stops, journals what never reported as lost too.
+//! - when the run stops, journals what never reported as lost too;
+//! - journals each execution as lost as soon as it starts (a stand-in,
+//!   committed with the next group of reports, 50 ms later), and replaces
+//!   that row when its result or its loss comes: a runner killed while
+//!   executions run leaves each of them an attempt in its journal, which
+//!   the run that resumes it finds, instead of nothing.
 //!
 //! Attempt numbers are the journal's key within a run. Most activities run
 //! once, and their attempts keep the numbers their result gives them; only
@@ -65,6 +70,9 @@ struct Late {
     /// Its attempts, numbered within their execution (1, 2, ... as its
     /// retries went); lost ones have outcome [`LOST`].
     rows: Vec<NewAttempt>,
+    /// Whether `rows` is the stand-in journaled for an execution as it
+    /// starts, which its result or its loss replaces.
+    provisional: bool,
 }
 
 /// What [`Executions::take_reports`] saw that the rest of the run counts.
@@ -103,6 +111,9 @@ pub(super) struct Executions {
     /// that a result that comes after all (from an agent only taken for
     /// dead) replaces it rather than adding one.
     lost_numbers: HashMap<ActivityId, Vec<(NodeId, i64, i64)>>,
+    /// Stand-ins journaled for executions that started and have not been
+    /// replaced by their result or loss yet, as `lost_numbers` has them.
+    provisional: HashMap<ActivityId, Vec<(NodeId, i64, i64)>>,
     /// Executions journaled as lost.
     pub(super) lost: usize,
     /// Extra executions journaled.
@@ -127,6 +138,7 @@ impl Executions {
             late: Vec::new(),
             numbered: HashMap::new(),
             lost_numbers: HashMap::new(),
+            provisional: HashMap::new(),
             lost: 0,
             extra: 0,
         }
@@ -152,6 +164,7 @@ impl Executions {
             match report {
                 ShellReport::Started(started) => {
                     taken.nodes.push((started.node, started.host.clone()));
+                    self.stand_in(node, &started);
                     (self.open.entry(started.activity).or_default()).push(Open { node, started });
                 }
                 ShellReport::Ended(result) => {
@@ -212,6 +225,7 @@ impl Executions {
             activity: result.activity,
             agent: result.node,
             rows,
+            provisional: false,
         });
     }
 
@@ -229,6 +243,7 @@ impl Executions {
                     activity: result.activity,
                     agent: result.node,
                     rows: std::mem::take(&mut update.attempts),
+                    provisional: false,
                 });
             }
         }
@@ -287,34 +302,47 @@ impl Executions {
             !open.is_empty()
         });
         for Open { node, started } in gone {
-            let name = self.names.name(&started.host, started.node);
-            let row = NewAttempt {
-                attempt: i64::from(started.attempt),
-                message: Some(why(&name)),
-                node: name,
-                executor: started.executor as i64,
-                labels: started.labels,
-                started: unix_seconds(started.started),
-                ended: noticed.max(unix_seconds(started.started)),
-                outcome: LOST.to_string(),
-                exit_code: None,
-                signal: None,
-                cpu_seconds: None,
-                stdout: None,
-                stderr: None,
-                stdout_bytes: None,
-                stderr_bytes: None,
-                stream: None,
-            };
             self.lost += 1;
-            self.numbered.entry(node).or_default();
-            self.late.push(Late {
-                node,
-                activity: started.activity,
-                agent: started.node,
-                rows: vec![row],
-            });
+            self.journal_lost(node, &started, &why, noticed, false);
         }
+    }
+
+    /// Journals the execution `started` of node `node` as lost until its
+    /// result or its loss replaces the row: if the runner dies first, the
+    /// execution is an attempt all the same.
+    fn stand_in(&mut self, node: usize, started: &ShellStarted) {
+        let why = |name: &str| {
+            format!(
+                "the run ended without hearing how it ended: the agent {name} started it and \
+                 this row was journaled then, in case the runner died before the agent \
+                 reported (a runner killed, or its machine lost)"
+            )
+        };
+        let noticed = unix_seconds(started.started);
+        self.journal_lost(node, started, why, noticed, true);
+    }
+
+    /// Queues the row of the execution `started` of node `node`, lost as
+    /// `why` says for its agent's name and noticed at `noticed` (Unix
+    /// seconds); `provisional` for a stand-in.
+    fn journal_lost(
+        &mut self,
+        node: usize,
+        started: &ShellStarted,
+        why: impl Fn(&str) -> String,
+        noticed: f64,
+        provisional: bool,
+    ) {
+        let name = self.names.name(&started.host, started.node);
+        let message = why(&name);
+        self.numbered.entry(node).or_default();
+        self.late.push(Late {
+            node,
+            activity: started.activity,
+            agent: started.node,
+            rows: vec![lost_row(started, name, message, noticed)],
+            provisional,
+        });
     }
 
     /// Whether no execution is open and no extra result waits for its
@@ -322,6 +350,40 @@ impl Executions {
     /// more will be reported.
     pub(super) fn drained(&self) -> bool {
         self.open.is_empty() && self.early.is_empty()
+    }
+
+    /// The number of the row that `row`, of the execution of `activity` on
+    /// `agent`, replaces, if any: its stand-in, journaled as it started, or
+    /// (for a result, never a stand-in) a loss journaled for it before.
+    fn replaced(
+        &mut self,
+        activity: ActivityId,
+        agent: NodeId,
+        row: &NewAttempt,
+        provisional: bool,
+    ) -> Option<i64> {
+        let take = |rows: &mut HashMap<ActivityId, Vec<(NodeId, i64, i64)>>| {
+            let kept = rows.get_mut(&activity)?;
+            let at = (kept.iter()).position(|&(by, a, _)| by == agent && a == row.attempt)?;
+            let (_, _, number) = kept.swap_remove(at);
+            if kept.is_empty() {
+                rows.remove(&activity);
+            }
+            Some(number)
+        };
+        if provisional {
+            return None;
+        }
+        if let Some(number) = take(&mut self.provisional) {
+            return Some(number);
+        }
+        if row.outcome == LOST {
+            return None;
+        }
+        let number = take(&mut self.lost_numbers)?;
+        // Not lost after all.
+        self.lost -= 1;
+        Some(number)
     }
 
     /// Numbers the attempts waiting for it, after the highest recorded for
@@ -341,6 +403,7 @@ impl Executions {
             activity,
             agent,
             rows: attempts,
+            provisional,
         } in std::mem::take(&mut self.late)
         {
             let key = keys[node];
@@ -357,37 +420,60 @@ impl Executions {
             };
             let mut last = last;
             for mut row in attempts {
-                let lost_before = (self.lost_numbers.get_mut(&activity))
-                    .filter(|_| row.outcome != LOST)
-                    .and_then(|lost| {
-                        let at = (lost.iter())
-                            .position(|&(by, a, _)| by == agent && a == row.attempt)?;
-                        Some(lost.swap_remove(at).2)
-                    });
-                let number = match lost_before {
-                    Some(number) => {
-                        // Not lost after all.
-                        self.lost -= 1;
-                        number
-                    }
+                let number = match self.replaced(activity, agent, &row, provisional) {
+                    Some(number) => number,
                     None => {
                         last += 1;
                         last
                     }
                 };
-                if row.outcome == LOST {
-                    (self.lost_numbers.entry(activity).or_default()).push((
-                        agent,
-                        row.attempt,
-                        number,
-                    ));
+                let kept = match (provisional, row.outcome == LOST) {
+                    (true, _) => Some(&mut self.provisional),
+                    (false, true) => Some(&mut self.lost_numbers),
+                    (false, false) => None,
+                };
+                if let Some(kept) = kept {
+                    (kept.entry(activity).or_default()).push((agent, row.attempt, number));
                 }
                 row.attempt = number;
                 rows.push((key, row));
             }
             self.numbered.insert(node, Some(last));
+            let unreplaced = |rows: &HashMap<ActivityId, Vec<_>>| rows.contains_key(&activity);
+            if self.is_settled(node)
+                && !unreplaced(&self.provisional)
+                && !unreplaced(&self.lost_numbers)
+            {
+                // Nothing of it waits to be replaced: a later extra result
+                // (rare) reads its last number from the journal, and a run
+                // of a million activities keeps no number per activity.
+                self.numbered.remove(&node);
+            }
         }
         Ok(rows)
+    }
+}
+
+/// The attempt row of the execution `started`, run by the agent named
+/// `node`, lost as `message` says: noticed at `noticed` (Unix seconds).
+fn lost_row(started: &ShellStarted, node: String, message: String, noticed: f64) -> NewAttempt {
+    NewAttempt {
+        attempt: i64::from(started.attempt),
+        message: Some(message),
+        node,
+        executor: started.executor as i64,
+        labels: started.labels.clone(),
+        started: unix_seconds(started.started),
+        ended: noticed.max(unix_seconds(started.started)),
+        outcome: LOST.to_string(),
+        exit_code: None,
+        signal: None,
+        cpu_seconds: None,
+        stdout: None,
+        stderr: None,
+        stdout_bytes: None,
+        stderr_bytes: None,
+        stream: None,
     }
 }
 
@@ -655,6 +741,35 @@ mod tests {
                 (1, name(both), "exited".to_string()),
                 (2, name(both), LOST.to_string())
             ]
+        );
+    }
+
+    #[test]
+    fn an_execution_is_journaled_as_it_starts_and_its_result_replaces_that_row() {
+        let mut bench = Bench::new("stand-in");
+        let worker = agent(1);
+        let a = bench.ids[0];
+        bench.report(0, started(a, worker, 1, 0));
+        bench.commit();
+        // A runner killed now leaves this row: the execution is an attempt.
+        let journaled = bench.journal.attempts_of(bench.graph.id(0)).unwrap();
+        assert_eq!(journaled.len(), 1, "{journaled:?}");
+        assert_eq!(journaled[0].outcome, LOST);
+        let message = journaled[0].message.clone().unwrap_or_default();
+        assert!(
+            message.starts_with("the run ended without hearing how it ended")
+                && message.contains(&name(worker)),
+            "{message}"
+        );
+        assert_eq!(bench.executions.lost, 0, "not counted lost while it runs");
+        bench.settle(0, result(a, worker, &[0], 0));
+        bench.commit();
+        assert_eq!(bench.attempts(0), [(1, name(worker), "exited".to_string())]);
+        assert_eq!(bench.state(0), ActivityState::Done);
+        assert!(bench.executions.drained());
+        assert!(
+            bench.executions.numbered.is_empty() && bench.executions.provisional.is_empty(),
+            "nothing kept per activity once it settled"
         );
     }
 }

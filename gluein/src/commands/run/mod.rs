@@ -19,6 +19,7 @@
 
 mod census;
 mod executions;
+mod full_disk;
 pub(crate) mod pool;
 mod progress;
 mod record;
@@ -44,11 +45,14 @@ use journal::{ActivityUpdate, ExecutorRow, Journal, NewRun, RunStatus};
 use census::Census;
 use executions::Executions;
 use pool::{
-    check_contexts, check_pool_contexts, executor_contexts, join_pool, local_pool, unoffered,
-    Runner,
+    check_contexts, check_pool_contexts, check_travel, executor_contexts, join_pool, local_pool,
+    unoffered, Runner,
 };
 use progress::{JobProgressFile, Progress, Tally};
-use record::{declare, graph_hash, open_journal, plan_skips, update_for, NodeNames, Recording};
+use record::{
+    declare, graph_hash, journaled_sources, open_journal, plan_skips, update_for, NodeNames,
+    Recording,
+};
 
 /// Arguments of `constellation run`.
 #[derive(Args)]
@@ -144,6 +148,17 @@ pub struct RunArgs {
     /// labels joins or is relabelled. Hidden, like --job-progress.
     #[arg(long, hide = true, requires = "pool")]
     wait_for_labels: bool,
+    /// The most bytes the graph file, a sweep file or the context file may
+    /// have (e.g. `64MiB`, `200M`, `1000000`); each must be a regular file.
+    #[arg(long, default_value = "64MiB", value_parser = super::parse_byte_size, value_name = "SIZE")]
+    max_graph_size: u64,
+    /// For the job service: sweep files are read from DIR, where the pool
+    /// node keeps the job's copy of each (named by `graph::kept_sweep_name`),
+    /// not beside the graph file; and since the pool node keeps them, the
+    /// journal stores each source's SHA-256 rather than its text. Hidden,
+    /// like --job-progress.
+    #[arg(long, value_name = "DIR", hide = true)]
+    kept_sweeps: Option<PathBuf>,
 }
 
 /// Where the commands' output goes.
@@ -191,8 +206,20 @@ impl ProgressMode {
 /// for good.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     args.progress.check()?;
-    let graph = load_graph(&args.graph, args.context_file.as_deref(), &args.relabel)?;
+    let options = graph::LoadOptions {
+        max_bytes: args.max_graph_size,
+        kept_sweeps: args.kept_sweeps.clone(),
+    };
+    let (graph, _) = load_graph(
+        &args.graph,
+        args.context_file.as_deref(),
+        &args.relabel,
+        &options,
+    )?;
     let executors = executor_contexts(&args)?;
+    if args.pool.is_some() {
+        check_travel(&graph, &executors)?;
+    }
     let node = match &args.pool {
         Some(pool) => Some(join_pool(pool, &args, &executors)?),
         None => None,
@@ -240,7 +267,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         host: host.clone(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         output_dir: output_dir.display().to_string(),
-        sources: graph.sources().to_vec(),
+        sources: journaled_sources(&graph, args.kept_sweeps.is_some()),
     })?;
     // On a pool every node is named by host and id: two agents on one
     // host are two nodes. This process's own executors are one of them.
@@ -329,6 +356,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut last_commit = Instant::now();
         let mut last_offer_check: Option<Instant> = None;
         let mut pool_node = PoolNodeWatch::default();
+        // Why the journal could not be written, when its disk is full.
+        let mut full: Option<String> = None;
         loop {
             let wait = COMMIT_EVERY.saturating_sub(last_commit.elapsed());
             let batch = reports.next_batch(wait.max(Duration::from_millis(1)))?;
@@ -339,13 +368,19 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 recorder.take(&graph, event_report(event)?);
             }
             if let Runner::Node(node) = &runner {
+                // Work the pool gave up never reports: its node fails,
+                // and what runs after it is cancelled.
+                for (activity, reason) in node.take_lost() {
+                    Coordinator::given_up(pool, coordinator, activity, format!("lost: {reason}"));
+                }
                 if let Some(executions) = &mut recorder.executions {
                     executions.check_members(node);
                 }
                 // Before the attempts are committed, so that they find
                 // their executors listed, with cores.
                 for (id, host) in recorder.new_nodes.drain(..) {
-                    census.ran_on(node, id, &host, &mut journal, run)?;
+                    let listed = census.ran_on(node, id, &host, &mut journal, run);
+                    full = full.or(full_disk::unless_full(listed)?);
                 }
             }
             if gluein::signals::stop_requested() {
@@ -360,17 +395,26 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 progress.unoffered(&recorder.tally.unoffered);
                 if let (Runner::Node(node), true) = (&runner, stop.is_none()) {
                     // Agents that joined since, or were relabelled.
-                    census.record_new(node, &mut journal, run)?;
+                    let listed = census.record_new(node, &mut journal, run);
+                    full = full.or(full_disk::unless_full(listed)?);
                 }
             }
             if finished || stop.is_some() || last_commit.elapsed() >= COMMIT_EVERY {
-                recorder.commit(&mut journal, run)?;
+                let committed = recorder.commit(&mut journal, run);
+                full = full.or(full_disk::unless_full(committed)?);
                 last_commit = Instant::now();
                 progress.show(
                     &recorder.tally,
                     running_now(&runner, &released),
                     started.elapsed(),
                 );
+            }
+            if let (None, false, Some(why)) = (&stop, finished, &full) {
+                progress.say(&format!(
+                    "the disk holding the journal {} is full ({why}): no command starts any more",
+                    journal_path.display()
+                ));
+                stop = Some(Stop::DiskFull);
             }
             if finished || stop.is_some() {
                 break;
@@ -412,8 +456,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                     KILLED_REPORTS_WAIT.as_secs()
                 );
             }
-            recorder.commit(&mut journal, run)?;
         }
+        // Everything taken, also what a full disk held back.
+        full_disk::when_room(&journal_path, "the attempts made", || {
+            recorder.commit(&mut journal, run)
+        })?;
     }
     let tally = &recorder.tally;
     let status = if stop.is_some() {
@@ -423,7 +470,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         RunStatus::Succeeded
     };
-    journal.end_run(run, status)?;
+    full_disk::when_room(&journal_path, "the run's end", || {
+        Ok(journal.end_run(run, status)?)
+    })?;
     if let Some(path) = &args.job_progress {
         // Nothing runs any more, whatever the last update said.
         JobProgressFile::new(path).write(tally, 0);
@@ -468,6 +517,15 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             let _ = std::io::stdout().flush();
             std::process::exit(130);
         }
+        Stop::DiskFull => bail!(
+            "the disk holding the journal {} filled during the run: no command started after \
+             that, and {unfinished} activities did not finish; the attempts made are journaled \
+             and the run is interrupted; free space there and resume with \
+             `constellation run {} --resume {}`",
+            journal_path.display(),
+            args.graph.display(),
+            journal_path.display()
+        ),
         Stop::PoolGone { since } => {
             let pool = args.pool.as_deref().unwrap_or_default();
             bail!(
@@ -538,18 +596,28 @@ struct ReExecutionsJson {
 /// Loads the graph file at `path` and retargets it with the context file
 /// and the `--relabel` rules, as `run` and `submit` do, saying what the
 /// rules changed or did not match. Graph errors are listed as
-/// `file:line:column: ...`, with their count.
+/// `file:line:column: ...`, with their count. Every file is read within
+/// `options` ([`graph::read_bounded`]). Returns the graph and the context
+/// file's text, as read.
 pub(crate) fn load_graph(
     path: &Path,
     context_file: Option<&Path>,
     relabel: &[Relabel],
-) -> anyhow::Result<Graph> {
-    let mut graph = Graph::load(path).map_err(|errors| {
+    options: &graph::LoadOptions,
+) -> anyhow::Result<(Graph, Option<String>)> {
+    let mut graph = Graph::load_with(path, options).map_err(|errors| {
         anyhow::anyhow!("{errors}\n{} error(s) in the graph file", errors.0.len())
     })?;
-    let rules = match context_file {
-        Some(path) => graph::read_context_file(path).map_err(anyhow::Error::msg)?,
-        None => Vec::new(),
+    let (rules, context_text) = match context_file {
+        Some(path) => {
+            let text =
+                graph::read_bounded(path, "context file", options.max_bytes, graph::RAISE_LIMIT)
+                    .map_err(anyhow::Error::msg)?;
+            let rules = graph::parse_context_rules(&text)
+                .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+            (rules, Some(text))
+        }
+        None => (Vec::new(), None),
     };
     let retargeted = graph.retarget(&rules, relabel);
     for warning in &retargeted.unused {
@@ -558,7 +626,7 @@ pub(crate) fn load_graph(
     if retargeted.changed > 0 {
         eprintln!("retargeted {} activities", retargeted.changed);
     }
-    Ok(graph)
+    Ok((graph, context_text))
 }
 
 /// What `run` suggests when work can run on no executor it has.
@@ -662,6 +730,8 @@ enum Stop {
     Signal,
     /// The pool node has been gone since `since`, longer than `--reconnect`.
     PoolGone { since: Instant },
+    /// The disk holding the journal is full: what runs is not recorded.
+    DiskFull,
 }
 
 impl Stop {
@@ -671,6 +741,9 @@ impl Stop {
             Stop::Signal => "stopping: killing the commands this run started",
             Stop::PoolGone { .. } => {
                 "stopping: the pool node did not come back; killing the commands this run started"
+            }
+            Stop::DiskFull => {
+                "stopping: the journal cannot be written; killing the commands this run started"
             }
         }
     }
@@ -757,6 +830,9 @@ struct Recorder {
     names: NodeNames,
     /// Rows not committed yet.
     updates: Vec<ActivityUpdate>,
+    /// Numbered attempts of lost and extra executions not committed yet (a
+    /// commit failed: the disk is full).
+    unwritten: Vec<(i64, journal::NewAttempt)>,
     /// Once the run stops: the shell activities whose commands it killed
     /// and whose reports have not come yet.
     awaited: HashSet<ActivityId>,
@@ -785,6 +861,7 @@ impl Recorder {
             keys,
             names,
             updates: Vec::new(),
+            unwritten: Vec::new(),
             awaited: HashSet::new(),
             cancelled_awaited: 0,
             stopped: false,
@@ -894,15 +971,16 @@ impl Recorder {
     /// Writes the rows taken since the last commit, in one transaction:
     /// with the attempts of executions lost or extra, numbered after those
     /// recorded for their activities.
+    /// A commit that fails keeps them all, to be written by the next.
     fn commit(&mut self, journal: &mut Journal, run: i64) -> anyhow::Result<()> {
-        let more = match &mut self.executions {
-            Some(executions) => {
-                executions.numbered_rows(journal, run, &self.keys, &self.updates)?
-            }
-            None => Vec::new(),
-        };
-        if !self.updates.is_empty() || !more.is_empty() {
-            journal.record_with(run, &std::mem::take(&mut self.updates), &more)?;
+        if let Some(executions) = &mut self.executions {
+            let more = executions.numbered_rows(journal, run, &self.keys, &self.updates)?;
+            self.unwritten.extend(more);
+        }
+        if !self.updates.is_empty() || !self.unwritten.is_empty() {
+            journal.record_with(run, &self.updates, &self.unwritten)?;
+            self.updates.clear();
+            self.unwritten.clear();
         }
         Ok(())
     }

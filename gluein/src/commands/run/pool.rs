@@ -8,7 +8,7 @@ use constellation::core::MatchTable;
 use constellation::net::{Node, NodeConfig};
 use constellation::{Context, ExecutorContext, Pool};
 use executors::probe::Hardware;
-use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL};
+use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL, TRAVEL_SLACK};
 
 use super::RunArgs;
 
@@ -142,9 +142,11 @@ pub(crate) fn pool_executors(node: &Node, executors: &[ExecutorContext]) -> Vec<
 
 /// [`check_contexts`] against what the pool's agents and `executors`
 /// offer. A node that has just joined may not know every agent yet (a
-/// job's runner asks for none before it starts): where work is not
-/// offered, it first waits for the member list to settle and checks
-/// again, so that only work no agent offers is refused, and a graph that
+/// job's runner asks for none before it starts, and on a busy machine an
+/// agent's hello can take seconds): where work is not offered, it waits
+/// until this node knows as many members as the pool node does, or the
+/// work fits, at most [`POOL_VIEW_WAIT`], and checks again. So only work
+/// that no agent the pool node knows offers is refused, and a graph that
 /// fits costs no wait.
 pub(crate) fn check_pool_contexts(
     graph: &Graph,
@@ -152,11 +154,36 @@ pub(crate) fn check_pool_contexts(
     executors: &[ExecutorContext],
     hint: &str,
 ) -> anyhow::Result<()> {
-    if check_contexts(graph, &pool_executors(node, executors), hint).is_ok() {
+    let fits = || check_contexts(graph, &pool_executors(node, executors), hint);
+    if fits().is_ok() {
         return Ok(());
     }
-    super::super::settle_members(node);
-    check_contexts(graph, &pool_executors(node, executors), hint)
+    wait_for_pool_view(node, || fits().is_ok());
+    fits()
+}
+
+/// The longest a node that has just joined waits to know the members its
+/// pool node knows before it refuses work that no member it knows offers.
+const POOL_VIEW_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until `fits` says yes, or `node` knows at least as many members
+/// as its pool node does (which counts `node` where this one counts the
+/// pool node), at most [`POOL_VIEW_WAIT`]. Without an answer from the
+/// pool node, it waits for `fits` alone, until the deadline.
+fn wait_for_pool_view(node: &Node, fits: impl Fn() -> bool) {
+    let deadline = Instant::now() + POOL_VIEW_WAIT;
+    let pool_node = (node.members().into_iter()).find(|member| member.master);
+    let known_there = pool_node.and_then(|pool_node| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let status = node.member_status(pool_node.node, left);
+        status.ok().map(|status| status.members_known as usize)
+    });
+    while !fits() && Instant::now() < deadline {
+        if known_there.is_some_and(|there| node.members().len() >= there) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The executors of the embedded pool: `--executors` general ones with the
@@ -234,4 +261,51 @@ pub(crate) fn check_contexts(
         shown.len() + more,
         offered
     )
+}
+
+/// Refuses a graph with activities too large to travel to an agent of a
+/// pool (a steal reply carries at most half a network frame): such an
+/// activity would never leave the runner, and wait there forever unless
+/// one of `executors`, the runner's own, can run it. Checked by `run
+/// --pool` and by `submit`, before the job is accepted.
+pub(crate) fn check_travel(graph: &Graph, executors: &[ExecutorContext]) -> anyhow::Result<()> {
+    const SHOWN: usize = 10;
+    let limit = NodeConfig::default().largest_activity();
+    let here = MatchTable::new(executors);
+    let too_large = graph.too_large_to_travel(limit, SHOWN + 1, |n| {
+        !here.any_executor_can_run(graph.context(n))
+    });
+    if too_large.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = (too_large.iter().take(SHOWN))
+        .map(|&(n, size)| {
+            format!(
+                "{}: {} is {} encoded, too large to travel to an agent",
+                graph.place(n),
+                graph.id(n),
+                mebibytes(size)
+            )
+        })
+        .collect();
+    bail!(
+        "{}{}
+an activity may take at most {} ({} bytes) to travel to an agent of a pool: half \
+         the largest network frame, less {} KiB kept for what the runner adds; pass large data in \
+         files that the commands read, not in their command line, script or environment",
+        shown.join("\n"),
+        if too_large.len() > SHOWN {
+            "\n... and more"
+        } else {
+            ""
+        },
+        mebibytes(limit - TRAVEL_SLACK),
+        limit - TRAVEL_SLACK,
+        TRAVEL_SLACK / 1024,
+    )
+}
+
+/// `bytes` in MiB, e.g. `32.0 MiB`.
+fn mebibytes(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }

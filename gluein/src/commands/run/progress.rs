@@ -96,6 +96,10 @@ impl Tally {
                     graph.place(n)
                 ));
             }
+            NodeReport::Lost { reason, .. } => {
+                self.failed += 1;
+                self.failures.push(format!("{}: {reason}", graph.id(n)));
+            }
         }
     }
 

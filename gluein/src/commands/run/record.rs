@@ -65,6 +65,28 @@ pub(super) fn graph_hash(graph: &Graph, hashes: &[u64]) -> String {
     hex(&digest.finalize())
 }
 
+/// The sources a run journals: the graph file and its sweep files as
+/// read, each by its text; or, for a job's runner (`kept`, its files kept
+/// by the pool node in the job's folder), each by [`KEPT_SOURCE`] and the
+/// SHA-256 of its text, so that a job's graph is stored once, in its
+/// folder, and not again in its journal at every run.
+pub(super) fn journaled_sources(graph: &Graph, kept: bool) -> Vec<(String, String)> {
+    let sources = graph.sources();
+    if !kept {
+        return sources.to_vec();
+    }
+    (sources.iter())
+        .map(|(name, text)| {
+            let digest = hex(&Sha256::digest(text.as_bytes()));
+            (name.clone(), format!("{KEPT_SOURCE}{digest}"))
+        })
+        .collect()
+}
+
+/// How a journal's source row begins when the file is kept in the job's
+/// folder rather than in the journal; the text's SHA-256 follows.
+const KEPT_SOURCE: &str = "kept in the job's folder by the pool node; sha256 ";
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -174,7 +196,7 @@ pub(super) fn update_for(
             message: Some(format!("{} failed", graph.id(*because))),
             attempts: Vec::new(),
         },
-        NodeReport::Refused { reason, .. } => ActivityUpdate {
+        NodeReport::Refused { reason, .. } | NodeReport::Lost { reason, .. } => ActivityUpdate {
             activity,
             state: ActivityState::Failed,
             message: Some(reason.clone()),
@@ -198,6 +220,7 @@ pub(super) fn new_attempts(result: &ShellResult, recording: Recording) -> Vec<Ne
                 ShellOutcome::Signalled { signal } => ("signalled", None, Some(i64::from(*signal))),
                 ShellOutcome::TimedOut { .. } => ("timed_out", None, None),
                 ShellOutcome::StartFailed { .. } => ("start_failed", None, None),
+                ShellOutcome::OutputLost { .. } => ("output_lost", None, None),
             };
             let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
             let message = match (!a.outcome.is_success()).then(|| a.outcome.to_string()) {
