@@ -12,7 +12,10 @@
 #   6  agents go on running the queued work of a runner that was killed alone
 #
 # Needs root (it plays both users) and builds target/release/constellation
-# if it is missing. Every attack is bounded in time and cleans up the
+# if it is missing; ATTACK_BINARY=PATH replays them against another build
+# of the same code (scripts/test.sh uses the debug build it has already
+# made: the attacks need no speed, and a release build would cost CI about
+# a quarter of its time). Every attack is bounded in time and cleans up the
 # processes it started; everything happens in a scratch directory under
 # /tmp, removed at the end.
 set -uo pipefail
@@ -26,8 +29,8 @@ if ! id nobody >/dev/null 2>&1 || ! command -v runuser >/dev/null 2>&1; then
   echo "attack-local.sh: needs the user nobody and runuser (util-linux)" >&2
   exit 2
 fi
-release=target/release/constellation
-if [ ! -x "$release" ]; then
+release=${ATTACK_BINARY:-target/release/constellation}
+if [ ! -x "$release" ] && [ -z "${ATTACK_BINARY:-}" ]; then
   echo "building $release"
   cargo build --release -p gluein --locked || exit 2
 fi
@@ -279,18 +282,25 @@ for _ in $(seq 600); do [ "$(ls "$home/starts" | wc -l)" -ge 2 ] && break; sleep
 runner=$(pgrep -g "$runner_group" -x constellation | head -n 1)
 killed_at=$(date +%s%N)
 [ -n "$runner" ] && kill -KILL "$runner"
-sleep 10
-# Executions that started more than a second after the kill ran work of a
-# runner that was gone.
-late=$(cat "$home"/starts/* 2>/dev/null | awk -v t="$killed_at" '$1 > t + 1000000000' | wc -l)
+sleep 15
+# Agents learn that the runner is gone when SWIM declares it down: its
+# connections close at once (Node::handle_unreachable makes it a suspect),
+# and a suspect that does not refute is down after failure_timeout (3 s),
+# removed one probe period (1.5 s) later. An execution that started after
+# that, 6 s after the kill, ran the queued work of a runner that its agent
+# knew was gone: the fault. Those in the window before are a gap the issue's
+# closing note names (they are not journaled); they are counted, not judged.
+late=$(cat "$home"/starts/* 2>/dev/null | awk -v t="$killed_at" '$1 > t + 6000000000' | wc -l)
+window=$(cat "$home"/starts/* 2>/dev/null \
+  | awk -v t="$killed_at" '$1 > t + 1000000000 && $1 <= t + 6000000000' | wc -l)
 if [ -z "$runner" ]; then
   verdict "6  agents drop the queued work of a killed runner" "BROKEN" "the runner never started work"
 elif [ "$late" -gt 0 ]; then
   verdict "6  agents drop the queued work of a killed runner" "BROKEN" \
-    "$late execution(s) started after the runner was killed"
+    "$late execution(s) started more than 6 s after the runner was killed"
 else
   verdict "6  agents drop the queued work of a killed runner" "held" \
-    "no execution started after the kill"
+    "none started once the agents knew it gone ($window in the 1-6 s before they knew)"
 fi
 
 stop_group "$runner_group"

@@ -181,7 +181,9 @@ step "membership under load: fifty_nodes_learn_each_other, 10 of 10 runs with ev
 RUNS=10 FAIL_FAST=1 bash scripts/membership-under-load.sh
 
 step "local attacks as another user (scripts/attack-local.sh: planted keys, state and locks; jobs that never end; unbounded input; a killed runner's queued work)"
-scripts/attack-local.sh
+# Against the debug build that cargo test made above (same code, same
+# features): a release build from scratch would add about 15 minutes.
+ATTACK_BINARY=target/debug/constellation bash scripts/attack-local.sh
 
 step "GPU tests with NVRTC (nvidia-cuda-nvrtc-cu12 in target/nvrtc-venv), with their output"
 nvrtc_venv=target/nvrtc-venv
