@@ -443,7 +443,10 @@ fn a_cancelled_job_leaves_no_command_running_on_its_agent() {
 
 /// Asks the pool node of `dir` to take the graph `graph`: its answer.
 fn try_submit(dir: &Path, graph: &Path) -> Result<ServiceResponse, String> {
-    ask(dir, &ServiceRequest::Submit(submission(dir, graph, "after")))
+    ask(
+        dir,
+        &ServiceRequest::Submit(submission(dir, graph, "after")),
+    )
 }
 
 /// Stops the pool node of `pool` with SIGTERM, as a user does.
