@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The default limit on a graph, sweep or context file: 64 MiB.
@@ -114,19 +114,7 @@ fn check_kind(metadata: &std::fs::Metadata, path: &Path, what: &str) -> Result<(
     if kind.is_file() {
         return Ok(());
     }
-    let is = if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    };
+    let is = trust::describe(metadata);
     Err(format!(
         "the {what} {} is {is}; give a regular file (one that a pipe or device cannot stand in for)",
         path.display()

@@ -249,8 +249,9 @@ fn user_name(uid: u32) -> Option<String> {
     name.to_str().ok().map(str::to_string)
 }
 
-/// What a file type is, in words.
-fn describe(meta: &Metadata) -> &'static str {
+/// What a file type is, in words ("a character device", "a FIFO (named
+/// pipe)"), for messages that refuse a path for what it is.
+pub fn describe(meta: &Metadata) -> &'static str {
     let kind = meta.file_type();
     if kind.is_file() {
         "a regular file"
