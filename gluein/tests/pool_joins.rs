@@ -100,6 +100,24 @@ fn an_agent_with_another_pools_key_exits_and_names_the_key() {
     );
 }
 
+/// An agent of `dir` (its log `agent.log`) that joins, with `dir/pool.key`
+/// and a 5 s join timeout, a made-up pool node on loopback port `port`.
+fn agent_joining_port(dir: &Path, port: u16) -> Guard {
+    let peer = constellation::net::Keypair::generate_ed25519()
+        .public()
+        .to_peer_id();
+    let address = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{peer}");
+    let arguments = [
+        "--pool",
+        &address,
+        "--key-file",
+        "pool.key",
+        "--join-timeout",
+        "5s",
+    ];
+    spawn_agent(dir, &arguments, "agent.log")
+}
+
 #[test]
 fn a_connection_dropped_during_the_handshake_is_not_called_a_different_key() {
     let dir = scratch("joins-dropped");
@@ -113,22 +131,7 @@ fn a_connection_dropped_during_the_handshake_is_not_called_a_different_key() {
             drop(connection);
         }
     });
-    let peer = constellation::net::Keypair::generate_ed25519()
-        .public()
-        .to_peer_id();
-    let address = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{peer}");
-    let mut agent = spawn_agent(
-        &dir,
-        &[
-            "--pool",
-            &address,
-            "--key-file",
-            "pool.key",
-            "--join-timeout",
-            "5s",
-        ],
-        "agent.log",
-    );
+    let mut agent = agent_joining_port(&dir, port);
     let status = exited(&mut agent, &dir, "agent.log");
     assert_not_joined(
         status,
@@ -148,22 +151,7 @@ fn an_agent_given_an_address_where_nothing_listens_says_so() {
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
         .port();
-    let peer = constellation::net::Keypair::generate_ed25519()
-        .public()
-        .to_peer_id();
-    let address = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{peer}");
-    let mut agent = spawn_agent(
-        &dir,
-        &[
-            "--pool",
-            &address,
-            "--key-file",
-            "pool.key",
-            "--join-timeout",
-            "5s",
-        ],
-        "agent.log",
-    );
+    let mut agent = agent_joining_port(&dir, port);
     let status = exited(&mut agent, &dir, "agent.log");
     assert_not_joined(status, &dir, "agent.log", &["connection refused"]);
 }
