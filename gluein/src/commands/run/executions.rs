@@ -3,7 +3,8 @@
 //!
 //! On a pool, the coordinator reports each attempt as it starts and each
 //! result for a node already settled
-//! ([`Coordinator::report_executions`](graph::Coordinator::report_executions)).
+//! ([`Coordinator::report_executions`](graph::Coordinator::report_executions)),
+//! which reach it through the run's [`Inputs`](super::inputs::Inputs).
 //! The run keeps the executions that started and have not ended, and:
 //! - when the agent that runs one is gone from the member list, journals
 //!   it as an attempt with outcome [`journal::LOST`]: the pool queued the
@@ -28,7 +29,6 @@
 //! entry per activity but a bit.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use constellation::net::Node;
@@ -88,7 +88,6 @@ pub(super) struct Taken {
 
 /// The executions of a pool run: see the module's notes.
 pub(super) struct Executions {
-    reports: Receiver<(usize, ShellReport)>,
     names: NodeNames,
     /// Executions announced and not ended, by shell activity: a copy
     /// queued again after its agent died keeps its id, so one activity
@@ -121,15 +120,10 @@ pub(super) struct Executions {
 }
 
 impl Executions {
-    /// Executions of a graph of `nodes` nodes, reported on `reports`, with
-    /// agents named as `names` says.
-    pub(super) fn new(
-        reports: Receiver<(usize, ShellReport)>,
-        nodes: usize,
-        names: NodeNames,
-    ) -> Executions {
+    /// Executions of a graph of `nodes` nodes, with agents named as
+    /// `names` says.
+    pub(super) fn new(nodes: usize, names: NodeNames) -> Executions {
         Executions {
-            reports,
             names,
             open: HashMap::new(),
             settled: vec![0; nodes.div_ceil(64)],
@@ -148,18 +142,12 @@ impl Executions {
         self.settled[node / 64] & (1 << (node % 64)) != 0
     }
 
-    /// Takes the reports that came, waiting up to `wait` for the first.
-    /// Taken after the batch of settling reports it goes with, and before
-    /// that batch is handled: every start reported before a result is then
-    /// known when the result closes it.
-    pub(super) fn take_reports(&mut self, wait: Duration) -> Taken {
+    /// Takes `reports`, executions reported with their nodes. Taken after
+    /// the batch of settling reports they go with, and before that batch
+    /// is handled: every start reported before a result is then known
+    /// when the result closes it.
+    pub(super) fn reported(&mut self, reports: Vec<(usize, ShellReport)>) -> Taken {
         let mut taken = Taken::default();
-        let first = match wait.is_zero() {
-            true => self.reports.try_recv().ok(),
-            false => self.reports.recv_timeout(wait).ok(),
-        };
-        let more = std::iter::from_fn(|| self.reports.try_recv().ok());
-        let reports: Vec<(usize, ShellReport)> = first.into_iter().chain(more).collect();
         for (node, report) in reports {
             match report {
                 ShellReport::Started(started) => {
@@ -480,7 +468,6 @@ fn lost_row(started: &ShellStarted, node: String, message: String, noticed: f64)
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::sync::mpsc::{channel, Sender};
 
     use executors::shell::{AttemptRecord, Output, ShellOutcome};
     use graph::{Format, Graph};
@@ -556,7 +543,6 @@ mod tests {
         journal: Journal,
         run: i64,
         keys: Vec<i64>,
-        to: Sender<(usize, ShellReport)>,
         executions: Executions,
         updates: Vec<ActivityUpdate>,
         ids: Vec<ActivityId>,
@@ -583,23 +569,20 @@ mod tests {
             let keys = journal
                 .declare(run, graph.kinds(), &["anywhere".to_string()], decls)
                 .unwrap();
-            let (to, from) = channel();
             let runner = agent(99);
             Bench {
-                executions: Executions::new(from, graph.len(), NodeNames::HostAndId),
+                executions: Executions::new(graph.len(), NodeNames::HostAndId),
                 ids: (0..3).map(|k| ActivityId::new(runner, k)).collect(),
                 graph,
                 journal,
                 run,
                 keys,
-                to,
                 updates: Vec::new(),
             }
         }
 
         fn report(&mut self, node: usize, report: ShellReport) {
-            self.to.send((node, report)).unwrap();
-            self.executions.take_reports(Duration::ZERO);
+            self.executions.reported(vec![(node, report)]);
         }
 
         fn settle(&mut self, node: usize, result: ShellResult) {

@@ -13,39 +13,95 @@ use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL, TRAVEL_SLACK};
 use super::RunArgs;
 
 /// The pool a run's activities go to: embedded, or joined over the network.
-pub(super) enum Runner {
+pub(super) enum RunPool {
+    /// The embedded pool, this process's executors alone.
     Local(Pool),
+    /// A pool joined as this node: the activities go to its agents.
     Node(Node),
 }
 
-impl Runner {
+impl RunPool {
     /// What every executor that may run the graph's work offers now: this
     /// process's, and on a pool every agent's, relabelled ones as they are
     /// now.
     pub(super) fn offered(&self) -> Vec<ExecutorContext> {
         match self {
-            Runner::Local(pool) => pool.executor_contexts().to_vec(),
-            Runner::Node(node) => pool_executors(node, &node.pool().executor_contexts()),
+            RunPool::Local(pool) => pool.executor_contexts().to_vec(),
+            RunPool::Node(node) => pool_executors(node, &node.pool().executor_contexts()),
         }
     }
 
+    /// The pool this process submits to.
     pub(super) fn pool(&self) -> &Pool {
         match self {
-            Runner::Local(pool) => pool,
-            Runner::Node(node) => node.pool(),
+            RunPool::Local(pool) => pool,
+            RunPool::Node(node) => node.pool(),
         }
     }
 
+    /// The node, on a pool run.
+    pub(super) fn node(&self) -> Option<&Node> {
+        match self {
+            RunPool::Local(_) => None,
+            RunPool::Node(node) => Some(node),
+        }
+    }
+
+    /// Activities running now: in the embedded pool, its count; on a pool,
+    /// where they run on the agents, the coordinator's activities in flight
+    /// (submitted and not finished), at most one per executor offered.
+    pub(super) fn running_now(&self, released: &ReleasedCounts) -> usize {
+        match self {
+            RunPool::Local(pool) => pool.counts().running,
+            RunPool::Node(_) => {
+                let in_flight: usize = (0..released.len()).map(|k| released.in_flight(k)).sum();
+                let executors = (self.offered().iter())
+                    .filter(|e| !super::super::is_internal(e))
+                    .count();
+                in_flight.min(executors)
+            }
+        }
+    }
+
+    /// Leaves the pool (a runner on one) or stops the embedded pool,
+    /// waiting at most [`LEAVE_WAIT`]: a runner that stops must end even
+    /// if its pool does not answer. The commands are dead by now, so the
+    /// executors only have to notice. Not [`done`](Self::done), which
+    /// waits for all work to finish.
+    pub(super) fn leave(self) {
+        let (left, leaving) = std::sync::mpsc::channel();
+        let went = std::thread::Builder::new()
+            .name("leave".to_string())
+            .spawn(move || {
+                match self {
+                    // Says goodbye, so that no member declares this one dead.
+                    RunPool::Node(node) => drop(node.leave()),
+                    RunPool::Local(pool) => drop(pool),
+                }
+                let _ = left.send(());
+            });
+        if went.is_ok() && leaving.recv_timeout(LEAVE_WAIT).is_err() {
+            eprintln!(
+                "warning: the pool was not left within {} s",
+                LEAVE_WAIT.as_secs()
+            );
+        }
+    }
+
+    /// Waits for all work to finish and ends the pool.
     pub(super) fn done(self) {
         let ended = match self {
-            Runner::Local(pool) => pool.done().map(drop).map_err(|e| e.to_string()),
-            Runner::Node(node) => node.done().map(drop).map_err(|e| e.to_string()),
+            RunPool::Local(pool) => pool.done().map(drop).map_err(|e| e.to_string()),
+            RunPool::Node(node) => node.done().map(drop).map_err(|e| e.to_string()),
         };
         if let Err(error) = ended {
             tracing::error!(%error, "the pool did not finish cleanly");
         }
     }
 }
+
+/// How long a stopping run waits to have left its pool.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
 
 /// `executors` (perhaps none), and one executor for the coordinator.
 pub(super) fn with_coordinator(executors: &[ExecutorContext]) -> constellation::PoolBuilder {

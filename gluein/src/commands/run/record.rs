@@ -1,10 +1,11 @@
 //! What a run writes to its journal: the run, its activities and each
-//! settled activity's attempts, and what a resume may skip.
+//! settled activity's attempts ([`Recorder`]), and what a resume may skip.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use constellation::NodeId;
-use executors::shell::{ShellOutcome, ShellResult};
+use constellation::{ActivityId, NodeId};
+use executors::shell::{ShellOutcome, ShellReport, ShellResult};
 use gluein::run_dir;
 use graph::{Graph, NodeReport};
 use journal::{
@@ -13,6 +14,8 @@ use journal::{
 };
 use sha2::{Digest, Sha256};
 
+use super::executions::Executions;
+use super::progress::Tally;
 use super::RunArgs;
 
 /// Opens the journal to resume, or creates a new one.
@@ -253,4 +256,156 @@ pub(super) fn new_attempts(result: &ShellResult, recording: Recording) -> Vec<Ne
             }
         })
         .collect()
+}
+
+/// Turns the coordinator's reports into journal rows and counts.
+pub(super) struct Recorder {
+    pub(super) tally: Tally,
+    /// The graph's nodes' activity numbers in the journal.
+    keys: Vec<i64>,
+    names: NodeNames,
+    /// Rows not committed yet.
+    updates: Vec<ActivityUpdate>,
+    /// Numbered attempts of lost and extra executions not committed yet (a
+    /// commit failed: the disk is full).
+    unwritten: Vec<(i64, journal::NewAttempt)>,
+    /// Once the run stops: the shell activities whose commands it killed
+    /// and whose reports have not come yet.
+    pub(super) awaited: HashSet<ActivityId>,
+    /// Once the run stops: how many reports marked cancelled the agents
+    /// said would come (commands they killed for this run), and have not.
+    pub(super) cancelled_awaited: usize,
+    /// Whether the run has stopped: a command killed by a signal from then
+    /// on was killed by the stop (the run's own kill, or the signal that
+    /// stopped the run reaching its commands too).
+    stopped: bool,
+    /// Nodes whose command the stop killed: what they cancel stays pending.
+    interrupted: HashSet<usize>,
+    /// The nodes attempts ran on, by id.
+    nodes_seen: HashSet<NodeId>,
+    /// Those seen first since the caller last took them, with their host.
+    pub(super) new_nodes: Vec<(NodeId, String)>,
+    /// On a pool: the executions reported, to journal those lost with
+    /// their agent and extra ones.
+    pub(super) executions: Option<Executions>,
+}
+
+impl Recorder {
+    /// A recorder for `graph`, whose nodes are the journal's activities
+    /// `keys`, `skipped` of them done before; attempts name their nodes as
+    /// `names` says.
+    pub(super) fn new(graph: &Graph, keys: Vec<i64>, skipped: usize, names: NodeNames) -> Recorder {
+        Recorder {
+            tally: Tally::new(graph, skipped),
+            keys,
+            names,
+            updates: Vec::new(),
+            unwritten: Vec::new(),
+            awaited: HashSet::new(),
+            cancelled_awaited: 0,
+            stopped: false,
+            interrupted: HashSet::new(),
+            nodes_seen: HashSet::new(),
+            new_nodes: Vec::new(),
+            executions: None,
+        }
+    }
+
+    /// Takes executions reported: after the batch of settling reports
+    /// they go with, and before it is taken ([`Input`](super::inputs::Input)).
+    pub(super) fn on_executions(&mut self, reports: Vec<(usize, ShellReport)>) {
+        let Some(executions) = &mut self.executions else {
+            return;
+        };
+        let taken = executions.reported(reports);
+        for (node, host) in taken.nodes {
+            if self.nodes_seen.insert(node) {
+                self.new_nodes.push((node, host));
+            }
+        }
+        for (activity, cancelled) in taken.ended {
+            self.awaited.remove(&activity);
+            if cancelled {
+                self.cancelled_awaited = self.cancelled_awaited.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether every execution reported has ended or been journaled as
+    /// lost (always, where executions are not reported).
+    pub(super) fn executions_drained(&self) -> bool {
+        self.executions.as_ref().is_none_or(Executions::drained)
+    }
+
+    /// The run stopped and killed the commands of `killed`.
+    pub(super) fn killed(&mut self, killed: &[ActivityId]) {
+        self.stopped = true;
+        self.awaited.extend(killed.iter().copied());
+    }
+
+    /// Whether reports of commands the stop killed are still to come.
+    pub(super) fn awaiting(&self) -> bool {
+        !self.awaited.is_empty() || self.cancelled_awaited > 0
+    }
+
+    /// Counts one settling report and takes its journal rows.
+    pub(super) fn take(&mut self, graph: &Graph, report: NodeReport) {
+        let stopped = self.stopped || gluein::signals::stop_requested();
+        let interrupted = match &report {
+            NodeReport::Finished { result, .. } => {
+                if self.nodes_seen.insert(result.node) {
+                    self.new_nodes.push((result.node, result.host.clone()));
+                }
+                let killed = self.awaited.remove(&result.activity);
+                // Killed (or its retry dropped) on an agent, which this
+                // run asked to cancel its work.
+                let cancelled = result.cancelled.is_some();
+                if cancelled {
+                    self.cancelled_awaited = self.cancelled_awaited.saturating_sub(1);
+                }
+                killed
+                    || (cancelled && !result.is_success())
+                    || (stopped && matches!(result.outcome, ShellOutcome::Signalled { .. }))
+            }
+            // Cancelled because of a command the stop killed: it runs on
+            // resume, like the killed one.
+            NodeReport::Cancelled { because, .. } if self.interrupted.contains(because) => {
+                self.interrupted.insert(report.node());
+                return;
+            }
+            _ => false,
+        };
+        if interrupted {
+            self.interrupted.insert(report.node());
+            self.tally.interrupted += 1;
+        } else {
+            self.tally.count(graph, &report);
+        }
+        let recording = Recording {
+            names: self.names,
+            interrupted,
+        };
+        let mut update = update_for(graph, &self.keys, &report, recording);
+        if let Some(executions) = &mut self.executions {
+            executions.settled(&report, &mut update);
+        }
+        self.updates.push(update);
+    }
+
+    /// Writes the rows taken since the last commit, in one transaction:
+    /// with the attempts of executions lost or extra, numbered after those
+    /// recorded for their activities.
+    /// A commit that fails keeps them all, to be written by the next.
+    pub(super) fn commit(&mut self, journal: &mut Journal, run: i64) -> anyhow::Result<()> {
+        if let Some(executions) = &mut self.executions {
+            let more = executions.numbered_rows(journal, run, &self.keys, &self.updates)?;
+            self.unwritten.extend(more);
+        }
+        if !self.updates.is_empty() || !self.unwritten.is_empty() {
+            journal.record_with(run, &self.updates, &self.unwritten)?;
+            self.updates.clear();
+            self.unwritten.clear();
+        }
+        Ok(())
+    }
 }
