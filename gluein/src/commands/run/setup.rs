@@ -61,7 +61,9 @@ pub(super) fn prepare(
 
 /// A run as begun in its journal.
 pub(super) struct Begun {
+    /// The journal, open for the run.
     pub(super) journal: Journal,
+    /// Where it is.
     pub(super) journal_path: PathBuf,
     /// The run's number in the journal.
     pub(super) run: i64,
@@ -73,6 +75,7 @@ pub(super) struct Begun {
     pub(super) skipped: usize,
     /// The nodes' activity numbers in the journal.
     pub(super) keys: Vec<i64>,
+    /// How attempts name the node they ran on.
     pub(super) names: NodeNames,
     /// The nodes listed in the journal with their executors.
     pub(super) census: Census,

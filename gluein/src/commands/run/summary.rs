@@ -12,9 +12,13 @@ use super::progress::Tally;
 pub(super) struct RunEnd<'a> {
     /// The run's number in its journal.
     pub(super) run: i64,
+    /// Where the journal is.
     pub(super) journal_path: &'a Path,
+    /// The graph file, as given.
     pub(super) graph_path: &'a Path,
+    /// How the run ended in the journal.
     pub(super) status: RunStatus,
+    /// The activities counted by how the run left them.
     pub(super) tally: &'a Tally,
     /// On a pool run: executions lost with their agent, and extra ones.
     pub(super) re_executions: Option<(usize, usize)>,
