@@ -61,7 +61,7 @@ fn ends_with_an_attempt_per_execution(dir: &Path, runner: &mut Guard) -> (String
     let executed = executions(dir);
     let attempts = attempts(dir);
     assert_eq!(
-        per_agent(attempts.iter().map(|a| first_label(&a.labels))),
+        per_agent(attempts.iter().map(|a| first_label(&a.recorded.labels))),
         per_agent(executed.iter().map(|(label, _)| label.as_str())),
         "one attempt per execution, on the agent that ran it:\n{attempts:#?}\n{said}"
     );
@@ -104,17 +104,20 @@ fn commands_killed_with_their_pilot_are_lost_attempts_and_run_again() {
     // The agent lets what it took run while it leaves: commands that
     // started after the signal end by themselves and are reported. The
     // killed ones are not: the agent left without their results.
-    let lost: Vec<&AttemptRow> = attempts.iter().filter(|a| a.outcome == LOST).collect();
+    let lost: Vec<&AttemptRow> = attempts
+        .iter()
+        .filter(|a| a.recorded.outcome == LOST)
+        .collect();
     assert_eq!(lost.len(), killed.len(), "{attempts:#?}\n{said}");
     for a in &lost {
-        assert_eq!(first_label(&a.labels), "pilot", "{a:?}");
-        let message = a.message.as_deref().unwrap_or_default();
+        assert_eq!(first_label(&a.recorded.labels), "pilot", "{a:?}");
+        let message = a.recorded.message.as_deref().unwrap_or_default();
         assert!(
-            message.contains(&a.node) && message.contains("died or left"),
+            message.contains(&a.recorded.node) && message.contains("died or left"),
             "{message}"
         );
         let later = (attempts.iter())
-            .filter(|b| b.activity == a.activity && b.attempt > a.attempt)
+            .filter(|b| b.activity == a.activity && b.recorded.attempt > a.recorded.attempt)
             .count();
         assert_eq!(later, 1, "each ran again once, after: {attempts:#?}");
     }
@@ -154,11 +157,11 @@ fn a_stopped_run_journals_the_commands_an_agent_did_not_report() {
     let attempts = attempts(&dir);
     assert_eq!(attempts.len(), executed.len(), "{attempts:#?}\n{said}");
     for a in &attempts {
-        assert_eq!(a.outcome, LOST, "{a:?}");
-        let message = a.message.as_deref().unwrap_or_default();
+        assert_eq!(a.recorded.outcome, LOST, "{a:?}");
+        let message = a.recorded.message.as_deref().unwrap_or_default();
         assert!(
             message.starts_with("interrupted: the run stopped before the agent")
-                && message.contains(&a.node),
+                && message.contains(&a.recorded.node),
             "{message}"
         );
     }
@@ -197,7 +200,7 @@ fn an_agent_taken_for_dead_that_comes_back_is_journaled_once_per_execution() {
         );
     }
     assert!(
-        (attempts.iter()).all(|a| a.outcome == "exited" || a.outcome == LOST),
+        (attempts.iter()).all(|a| a.recorded.outcome == "exited" || a.recorded.outcome == LOST),
         "{attempts:#?}"
     );
 }

@@ -174,10 +174,14 @@ fn sigint_on_a_pool_run_kills_its_commands_on_the_agent_and_journals_them() {
         "one attempt per started command: {attempts:?}\n{said}"
     );
     for a in &attempts {
-        assert_eq!(a.outcome, "signalled", "{a:?}");
-        assert!(a.labels.starts_with("alpha,"), "ran on the agent: {a:?}");
+        assert_eq!(a.recorded.outcome, "signalled", "{a:?}");
         assert!(
-            a.message
+            a.recorded.labels.starts_with("alpha,"),
+            "ran on the agent: {a:?}"
+        );
+        assert!(
+            a.recorded
+                .message
                 .as_deref()
                 .is_some_and(|m| m.contains("interrupted")),
             "{a:?}"
@@ -252,7 +256,7 @@ fn an_agent_kills_the_commands_of_a_runner_killed_with_sigkill() {
     let attempts = journaled();
     assert_eq!(attempts.len(), recorded_pids(&dir).len(), "{attempts:#?}");
     assert!(
-        attempts.iter().all(|a| a.outcome == journal::LOST),
+        attempts.iter().all(|a| a.recorded.outcome == journal::LOST),
         "{attempts:#?}"
     );
     assert!(

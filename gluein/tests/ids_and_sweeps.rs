@@ -19,7 +19,7 @@ fn stdout_files(dir: &Path, journal: &str) -> Vec<(String, std::path::PathBuf)> 
         .unwrap()
         .into_iter()
         .map(|a| {
-            let file = a.stdout.expect("output kept in a file");
+            let file = a.recorded.stdout.expect("output kept in a file");
             (a.activity, dir.join(file))
         })
         .collect()

@@ -173,9 +173,12 @@ fn attempt_times(path: &Path) -> (f64, f64) {
     assert!(!attempts.is_empty(), "no attempts in {}", path.display());
     let first = attempts
         .iter()
-        .map(|a| a.started)
+        .map(|a| a.recorded.started)
         .fold(f64::INFINITY, f64::min);
-    let last = attempts.iter().map(|a| a.ended).fold(0.0, f64::max);
+    let last = attempts
+        .iter()
+        .map(|a| a.recorded.ended)
+        .fold(0.0, f64::max);
     (first, last)
 }
 

@@ -629,11 +629,11 @@ fn a_killed_runner_is_resumed_and_every_execution_journaled(name: &str, with_poo
     let executions = assert_attempts_are_executions(&journal, &dir);
     assert_eq!(executions.len(), 6, "every activity ran: {executions:?}");
     let lost: Vec<_> = (journal.attempts(None).expect("attempts").into_iter())
-        .filter(|a| a.outcome == journal::LOST)
+        .filter(|a| a.recorded.outcome == journal::LOST)
         .collect();
     assert_eq!(lost.len(), killed.len(), "{lost:#?}");
     for a in &lost {
-        let message = a.message.as_deref().unwrap_or_default();
+        let message = a.recorded.message.as_deref().unwrap_or_default();
         assert!(
             message.starts_with("the run ended without hearing how it ended"),
             "{message}"

@@ -116,7 +116,7 @@ fn an_activity_lost_on_every_attempt_fails_and_the_run_ends() {
     assert_eq!(executions, ATTEMPTS, "{said}");
     assert_eq!(killer_attempts.len(), executions, "{attempts:#?}\n{said}");
     assert!(
-        killer_attempts.iter().all(|a| a.outcome == LOST),
+        killer_attempts.iter().all(|a| a.recorded.outcome == LOST),
         "{killer_attempts:#?}"
     );
     assert!(

@@ -228,7 +228,7 @@ script = "echo broken input >&2; exit 4"
         .unwrap();
     let files: Vec<_> = attempts
         .iter()
-        .map(|a| a.stream.as_ref().unwrap().file.clone())
+        .map(|a| a.recorded.stream.as_ref().unwrap().file.clone())
         .collect();
     assert_eq!(attempts.len(), 2);
     assert!(
@@ -262,25 +262,28 @@ script = "echo broken input >&2; exit 4"
         .unwrap()
         .attempts(Some(1))
         .unwrap();
-    let streamed: Vec<_> = attempts.iter().filter(|a| a.stream.is_some()).collect();
-    let file = streamed[0].stream.as_ref().unwrap().file.clone();
-    let in_file = |a: &&&journal::AttemptRow| a.stream.as_ref().unwrap().file == file;
+    let streamed: Vec<_> = attempts
+        .iter()
+        .filter(|a| a.recorded.stream.is_some())
+        .collect();
+    let file = streamed[0].recorded.stream.as_ref().unwrap().file.clone();
+    let in_file = |a: &&&journal::AttemptRow| a.recorded.stream.as_ref().unwrap().file == file;
     let last = streamed
         .iter()
         .filter(in_file)
-        .max_by_key(|a| a.stream.as_ref().unwrap().offset)
+        .max_by_key(|a| a.recorded.stream.as_ref().unwrap().offset)
         .unwrap();
     let first = streamed
         .iter()
         .filter(in_file)
-        .filter(|a| a.stdout_bytes > Some(0))
-        .min_by_key(|a| a.stream.as_ref().unwrap().offset)
+        .filter(|a| a.recorded.stdout_bytes > Some(0))
+        .min_by_key(|a| a.recorded.stream.as_ref().unwrap().offset)
         .unwrap();
     assert_ne!(
         first.activity, last.activity,
         "both executors ran something"
     );
-    let place = last.stream.as_ref().unwrap();
+    let place = last.recorded.stream.as_ref().unwrap();
     let file = dir.join(&place.file);
     std::fs::OpenOptions::new()
         .write(true)
@@ -294,13 +297,13 @@ script = "echo broken input >&2; exit 4"
             run_arg,
             &first.activity,
             "--attempt",
-            &first.attempt.to_string(),
+            &first.recorded.attempt.to_string(),
             "--run",
             "1",
         ],
     );
-    assert_eq!(before.len() as i64, first.stdout_bytes.unwrap());
-    let number = last.attempt.to_string();
+    assert_eq!(before.len() as i64, first.recorded.stdout_bytes.unwrap());
+    let number = last.recorded.attempt.to_string();
     let mut args = vec![
         "output",
         run_arg,
@@ -310,7 +313,7 @@ script = "echo broken input >&2; exit 4"
         "--run",
         "1",
     ];
-    if last.stdout_bytes == Some(0) {
+    if last.recorded.stdout_bytes == Some(0) {
         args.push("--stderr"); // the channel it wrote to
     }
     let cut = constellation(&dir, &args);
@@ -325,7 +328,7 @@ script = "echo broken input >&2; exit 4"
             run_arg,
             &first.activity,
             "--attempt",
-            &first.attempt.to_string(),
+            &first.recorded.attempt.to_string(),
             "--run",
             "1",
         ],

@@ -73,7 +73,11 @@ fn two_agents_on_one_host_are_two_nodes_with_their_own_executors_and_cores() {
     assert_eq!(attempts.len(), 20, "{attempts:?}");
     for a in &attempts {
         let executor = (listed.iter())
-            .find(|e| e.node == a.node && e.executor == a.executor && e.labels == a.labels)
+            .find(|e| {
+                e.node == a.recorded.node
+                    && e.executor == a.recorded.executor
+                    && e.labels == a.recorded.labels
+            })
             .unwrap_or_else(|| panic!("attempt on an executor not listed: {a:?}\n{listed:?}"));
         assert_eq!(
             first_label(&executor.labels),
@@ -128,7 +132,7 @@ fn after_an_agent_is_killed_every_execution_is_an_attempt() {
 
     let journal = Journal::open_read_only(&journal_path).unwrap();
     let attempts = journal.attempts(None).unwrap();
-    let journaled = per_agent(attempts.iter().map(|a| first_label(&a.labels)));
+    let journaled = per_agent(attempts.iter().map(|a| first_label(&a.recorded.labels)));
     let executed = executions(&dir);
     let executed = per_agent(executed.iter().map(|(agent, _)| agent.as_str()));
     println!("executions {executed:?}, attempts {journaled:?}");
@@ -138,7 +142,7 @@ fn after_an_agent_is_killed_every_execution_is_an_attempt() {
     );
     assert!(executed["victim"] >= 1, "{executed:?}");
     let lost: Vec<_> = (attempts.iter())
-        .filter(|a| a.outcome == journal::LOST)
+        .filter(|a| a.recorded.outcome == journal::LOST)
         .collect();
     assert_eq!(
         lost.len(),
@@ -146,18 +150,18 @@ fn after_an_agent_is_killed_every_execution_is_an_attempt() {
         "the victim's executions are lost with it: {attempts:?}"
     );
     for a in &lost {
-        assert_eq!(first_label(&a.labels), "victim", "{a:?}");
-        let message = a.message.as_deref().unwrap_or_default();
+        assert_eq!(first_label(&a.recorded.labels), "victim", "{a:?}");
+        let message = a.recorded.message.as_deref().unwrap_or_default();
         assert!(
-            message.starts_with("the agent ") && message.contains(&a.node),
+            message.starts_with("the agent ") && message.contains(&a.recorded.node),
             "{message}"
         );
         // Each ran again, numbered after it, and that run settled it.
         let rerun = (attempts.iter())
-            .find(|b| b.activity == a.activity && b.attempt > a.attempt)
+            .find(|b| b.activity == a.activity && b.recorded.attempt > a.recorded.attempt)
             .unwrap_or_else(|| panic!("no attempt after the lost one: {attempts:?}"));
-        assert_eq!(first_label(&rerun.labels), "survivor", "{rerun:?}");
-        assert_eq!(rerun.outcome, "exited", "{rerun:?}");
+        assert_eq!(first_label(&rerun.recorded.labels), "survivor", "{rerun:?}");
+        assert_eq!(rerun.recorded.outcome, "exited", "{rerun:?}");
     }
     let by_activity: HashSet<_> = attempts.iter().map(|a| &a.activity).collect();
     assert_eq!(by_activity.len(), 16, "every activity has an attempt");

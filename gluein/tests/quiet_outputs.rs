@@ -147,7 +147,10 @@ script = "echo broken input >&2; exit 4"
     let attempts = journal.attempts(None).unwrap();
     assert_eq!(attempts.len(), 3 + 1 + 1 + 20 + 1 + 1 + 1);
     for a in &attempts {
-        for (path, bytes) in [(&a.stdout, a.stdout_bytes), (&a.stderr, a.stderr_bytes)] {
+        for (path, bytes) in [
+            (&a.recorded.stdout, a.recorded.stdout_bytes),
+            (&a.recorded.stderr, a.recorded.stderr_bytes),
+        ] {
             match path {
                 Some(path) => {
                     let on_disk = std::fs::metadata(dir.join(path)).unwrap().len();
@@ -159,14 +162,17 @@ script = "echo broken input >&2; exit 4"
         }
     }
     let row = |id: &str| attempts.iter().find(|a| a.activity == id).unwrap();
-    let says = row("says-3").stdout.as_deref().unwrap();
+    let says = row("says-3").recorded.stdout.as_deref().unwrap();
     assert_eq!(std::fs::read_to_string(dir.join(says)).unwrap(), "said 3\n");
-    assert_eq!(row("says-3").stderr, None);
+    assert_eq!(row("says-3").recorded.stderr, None);
     assert_eq!(
-        (&row("quiet-7").stdout, &row("quiet-7").stderr),
+        (
+            &row("quiet-7").recorded.stdout,
+            &row("quiet-7").recorded.stderr
+        ),
         (&None, &None)
     );
-    let warned = row("warns").stderr.as_deref().unwrap();
+    let warned = row("warns").recorded.stderr.as_deref().unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.join(warned)).unwrap(),
         "warned\n"
@@ -219,7 +225,7 @@ fn a_sweep_of_quiet_commands_leaves_no_files() {
     assert_eq!(attempts.len(), count);
     assert!(attempts
         .iter()
-        .all(|a| a.outcome == "exited" && a.stdout.is_none()));
+        .all(|a| a.recorded.outcome == "exited" && a.recorded.stdout.is_none()));
     let left = entries(&dir.join("run/output"));
     assert!(
         left.is_empty(),

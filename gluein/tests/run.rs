@@ -107,16 +107,23 @@ after = ["b-*"]
     let journal = Journal::open_read_only(&dir.join("j.db")).unwrap();
     let attempts = journal.attempts(Some(1)).unwrap();
     let at = |id: &str| attempts.iter().find(|a| a.activity == id).unwrap().clone();
-    assert!(at("b-1").started >= at("a").ended && at("b-2").started >= at("a").ended);
-    assert!(at("d").started >= at("b-1").ended.max(at("b-2").ended));
+    assert!(
+        at("b-1").recorded.started >= at("a").recorded.ended
+            && at("b-2").recorded.started >= at("a").recorded.ended
+    );
+    assert!(at("d").recorded.started >= at("b-1").recorded.ended.max(at("b-2").recorded.ended));
     assert!(at("b-1")
+        .recorded
         .stdout
         .as_deref()
         .unwrap()
         .ends_with("output/b-1/stdout"));
     // `d` printed nothing: its files and folder are gone, and the journal
     // names no file for it.
-    assert_eq!((at("d").stdout, at("d").stderr), (None, None));
+    assert_eq!(
+        (at("d").recorded.stdout, at("d").recorded.stderr),
+        (None, None)
+    );
     assert!(!dir.join("output/d").exists());
     assert_eq!(journal.runs().unwrap()[0].status, "succeeded");
     assert_eq!(journal.executors(1).unwrap().len(), 2);
@@ -155,10 +162,10 @@ after = ["part-*"]
     let last_part = attempts
         .iter()
         .filter(|a| a.activity != "join")
-        .map(|a| a.ended)
+        .map(|a| a.recorded.ended)
         .fold(0.0, f64::max);
     assert!(
-        join.started >= last_part,
+        join.recorded.started >= last_part,
         "the fan-in waited for every part"
     );
 }
@@ -211,8 +218,13 @@ script = "touch independent-ran"
         .filter(|a| a.activity == "flaky")
         .collect();
     assert_eq!(flaky.len(), 2);
-    assert!(flaky.iter().all(|a| a.exit_code == Some(3)));
-    assert!(flaky[1].stderr.as_deref().unwrap().ends_with("stderr.2"));
+    assert!(flaky.iter().all(|a| a.recorded.exit_code == Some(3)));
+    assert!(flaky[1]
+        .recorded
+        .stderr
+        .as_deref()
+        .unwrap()
+        .ends_with("stderr.2"));
     let states = states(&dir.join("j.db"));
     let cancelled = states
         .iter()
@@ -242,7 +254,7 @@ context = "cpu"
             .attempts(None)
             .unwrap()
             .into_iter()
-            .map(|a| a.labels)
+            .map(|a| a.recorded.labels)
             .collect()
     };
     let pool = ["-n", "1", "--context", "cpu", "--add-executors", "1:gpu"];

@@ -116,13 +116,14 @@ fn interrupted_by(signal: libc::c_int, name: &str) {
         "one attempt per killed command: {attempts:?}"
     );
     for a in &attempts {
-        assert_eq!(a.outcome, "signalled", "{a:?}");
+        assert_eq!(a.recorded.outcome, "signalled", "{a:?}");
         assert!(
-            matches!(a.signal, Some(s) if s == i64::from(libc::SIGTERM) || s == i64::from(libc::SIGKILL)),
+            matches!(a.recorded.signal, Some(s) if s == i64::from(libc::SIGTERM) || s == i64::from(libc::SIGKILL)),
             "{a:?}"
         );
         assert!(
-            a.message
+            a.recorded
+                .message
                 .as_deref()
                 .is_some_and(|m| m.contains("interrupted")),
             "{a:?}"
@@ -322,7 +323,7 @@ fn sigint_on_a_pool_run_kills_its_own_commands_and_leaves_the_pool_cleanly() {
     let journal = Journal::open_read_only(&journal_path).unwrap();
     assert_eq!(journal.runs().unwrap()[0].status, "interrupted", "{said}");
     let killed = (journal.attempts(Some(1)).unwrap().into_iter())
-        .filter(|a| a.labels.starts_with("runner,") && a.outcome == "signalled")
+        .filter(|a| a.recorded.labels.starts_with("runner,") && a.recorded.outcome == "signalled")
         .count();
     assert_eq!(killed, own.len(), "one attempt per killed command:\n{said}");
     drop(journal);

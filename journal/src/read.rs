@@ -8,7 +8,7 @@ use crate::error::JournalError;
 use crate::open::Journal;
 use crate::rows::{
     ActivityRow, ActivityState, AttemptFacts, AttemptRow, ExecutorRow, ExecutorSlot, KindRow,
-    ReExecutions, RunRow, StateCount, StreamPlace, EXTRA_EXECUTION, LOST,
+    NewAttempt, ReExecutions, RunRow, StateCount, StreamPlace, EXTRA_EXECUTION, LOST,
 };
 // Where the sources come from, for a doc link.
 #[cfg(doc)]
@@ -294,28 +294,30 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptRow> {
     Ok(AttemptRow {
         run: row.get(0)?,
         activity: row.get(1)?,
-        attempt: row.get(2)?,
-        node: row.get(3)?,
-        executor: row.get(4)?,
-        labels: row.get(5)?,
-        started: row.get(6)?,
-        ended: row.get(7)?,
-        outcome: row.get(8)?,
-        exit_code: row.get(9)?,
-        signal: row.get(10)?,
-        message: row.get(11)?,
-        cpu_seconds: row.get(12)?,
-        stdout: row.get(13)?,
-        stderr: row.get(14)?,
-        stdout_bytes: row.get(15)?,
-        stderr_bytes: row.get(16)?,
-        stream: match file {
-            Some(file) => Some(StreamPlace {
-                file,
-                offset: row.get::<_, Option<i64>>(18)?.unwrap_or(0),
-                length: row.get::<_, Option<i64>>(19)?.unwrap_or(0),
-            }),
-            None => None,
+        recorded: NewAttempt {
+            attempt: row.get(2)?,
+            node: row.get(3)?,
+            executor: row.get(4)?,
+            labels: row.get(5)?,
+            started: row.get(6)?,
+            ended: row.get(7)?,
+            outcome: row.get(8)?,
+            exit_code: row.get(9)?,
+            signal: row.get(10)?,
+            message: row.get(11)?,
+            cpu_seconds: row.get(12)?,
+            stdout: row.get(13)?,
+            stderr: row.get(14)?,
+            stdout_bytes: row.get(15)?,
+            stderr_bytes: row.get(16)?,
+            stream: match file {
+                Some(file) => Some(StreamPlace {
+                    file,
+                    offset: row.get::<_, Option<i64>>(18)?.unwrap_or(0),
+                    length: row.get::<_, Option<i64>>(19)?.unwrap_or(0),
+                }),
+                None => None,
+            },
         },
     })
 }

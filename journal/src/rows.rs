@@ -147,47 +147,17 @@ pub struct NewAttempt {
     pub stream: Option<StreamPlace>,
 }
 
-/// One attempt to run an activity, as read back, with names joined in.
+/// One attempt to run an activity, as read back, with names joined in:
+/// the run and the activity it belongs to, and the attempt as it was
+/// recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRow {
     /// The run it belongs to.
     pub run: i64,
     /// The activity's graph id.
     pub activity: String,
-    /// 1, 2, ... within the run.
-    pub attempt: i64,
-    /// Host name of the node that ran it.
-    pub node: String,
-    /// Executor index on that node.
-    pub executor: i64,
-    /// The executor's contexts.
-    pub labels: String,
-    /// Unix seconds.
-    pub started: f64,
-    /// Unix seconds.
-    pub ended: f64,
-    /// `exited`, `signalled`, `timed_out`, `start_failed`, `output_lost` or [`LOST`].
-    pub outcome: String,
-    /// The exit status, for `exited`.
-    pub exit_code: Option<i64>,
-    /// The signal, for `signalled`.
-    pub signal: Option<i64>,
-    /// The outcome in words.
-    pub message: Option<String>,
-    /// User + system CPU seconds of the command, where known.
-    pub cpu_seconds: Option<f64>,
-    /// Standard output file, if kept in one. `None` also when the command
-    /// wrote nothing to it: the empty file is removed, and `stdout_bytes`
-    /// is 0.
-    pub stdout: Option<String>,
-    /// Standard error file, if kept in one; `None` also when it was empty.
-    pub stderr: Option<String>,
-    /// Bytes written to standard output.
-    pub stdout_bytes: Option<i64>,
-    /// Bytes written to standard error.
-    pub stderr_bytes: Option<i64>,
-    /// Where the output is in the run's stream file, if the run streamed.
-    pub stream: Option<StreamPlace>,
+    /// The attempt itself, field for field as [`NewAttempt`] wrote it.
+    pub recorded: NewAttempt,
 }
 
 /// What a report needs of one attempt, borrowed from the row being read

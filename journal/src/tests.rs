@@ -176,7 +176,7 @@ fn a_resume_keeps_done_work_with_the_same_spec_and_nothing_else() {
     assert!(runs[1].ended.is_some());
     let attempts = journal.attempts(Some(1)).unwrap();
     assert_eq!(attempts.len(), 2);
-    assert_eq!(attempts[0].cpu_seconds, Some(0.25));
+    assert_eq!(attempts[0].recorded.cpu_seconds, Some(0.25));
     assert!(journal.attempts(Some(2)).unwrap().is_empty());
     assert_eq!(journal.sources(2).unwrap(), new_run().sources);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -266,10 +266,16 @@ fn attempts_read_back_with_their_names_and_stream_places() {
         .filter(|a| a.activity == "detect-1")
         .collect();
     assert_eq!(detect.len(), 2);
-    assert_eq!((detect[0].node.as_str(), detect[0].executor), ("agent", 3));
-    assert_eq!(detect[0].labels, "gpu");
     assert_eq!(
-        detect[0].stream,
+        (
+            detect[0].recorded.node.as_str(),
+            detect[0].recorded.executor
+        ),
+        ("agent", 3)
+    );
+    assert_eq!(detect[0].recorded.labels, "gpu");
+    assert_eq!(
+        detect[0].recorded.stream,
         Some(StreamPlace {
             file: "out/stream-0".into(),
             offset: 4096,
@@ -277,8 +283,8 @@ fn attempts_read_back_with_their_names_and_stream_places() {
         })
     );
     let prepare = attempts.iter().find(|a| a.activity == "prepare").unwrap();
-    assert_eq!(prepare.stream, None);
-    assert_eq!(prepare.stdout.as_deref(), Some("out/a/stdout"));
+    assert_eq!(prepare.recorded.stream, None);
+    assert_eq!(prepare.recorded.stdout.as_deref(), Some("out/a/stdout"));
     // The listed executor, and the agent known only from its attempts.
     assert_eq!(journal.executors(run).unwrap().len(), 1);
     let slots = journal.executor_slots(run).unwrap();

@@ -207,7 +207,7 @@ fn activities(path: &Path) -> anyhow::Result<Vec<ActivityJson>> {
     for attempt in journal.attempts(None)? {
         let entry = attempts.entry(attempt.activity).or_default();
         entry.0 += 1;
-        entry.1 = attempt.node;
+        entry.1 = attempt.recorded.node;
     }
     Ok((journal.activities()?.into_iter())
         .map(|row| {

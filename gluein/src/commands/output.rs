@@ -66,19 +66,19 @@ pub fn main(args: OutputArgs) -> anyhow::Result<ExitCode> {
         false => (
             Channel::Stdout,
             "standard output",
-            &attempt.stdout,
-            attempt.stdout_bytes,
+            &attempt.recorded.stdout,
+            attempt.recorded.stdout_bytes,
         ),
         true => (
             Channel::Stderr,
             "standard error",
-            &attempt.stderr,
-            attempt.stderr_bytes,
+            &attempt.recorded.stderr,
+            attempt.recorded.stderr_bytes,
         ),
     };
     let what = format!(
         "the {name} of {} (run {}, attempt {})",
-        args.id, attempt.run, attempt.attempt
+        args.id, attempt.run, attempt.recorded.attempt
     );
     let mut out = std::io::stdout().lock();
     if bytes == Some(0) {
@@ -89,7 +89,7 @@ pub fn main(args: OutputArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot open {what}, kept in {}", path.display()))?;
         std::io::copy(&mut source, &mut out)
             .with_context(|| format!("cannot read {what} from {}", path.display()))?;
-    } else if let Some(place) = &attempt.stream {
+    } else if let Some(place) = &attempt.recorded.stream {
         let place = stream::StreamPlace {
             file: locate(&place.file, run, journal_dir),
             offset: place.offset.max(0) as u64,
@@ -155,14 +155,14 @@ fn choose<'a>(attempts: &'a [AttemptRow], args: &OutputArgs) -> anyhow::Result<&
     match args.attempt {
         None => Ok(of_run
             .iter()
-            .max_by_key(|a| a.attempt)
+            .max_by_key(|a| a.recorded.attempt)
             .expect("some attempts")),
         Some(number) => of_run
             .iter()
-            .find(|a| a.attempt == number)
+            .find(|a| a.recorded.attempt == number)
             .copied()
             .with_context(|| {
-                let last = of_run.iter().map(|a| a.attempt).max().unwrap_or(0);
+                let last = of_run.iter().map(|a| a.recorded.attempt).max().unwrap_or(0);
                 format!(
                     "{} has no attempt {number} in run {run}: it has attempts 1 to {last}",
                     args.id

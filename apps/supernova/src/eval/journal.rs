@@ -153,7 +153,7 @@ mod tests {
             let record = (report.records.iter())
                 .find(|r| activity_name(r.activity) == row.activity)
                 .unwrap();
-            let held = row.ended - row.started;
+            let held = row.recorded.ended - row.recorded.started;
             assert!((held - record.busy).abs() < 1e-6, "{row:?} {record:?}");
         }
     }

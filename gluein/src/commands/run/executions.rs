@@ -610,9 +610,9 @@ mod tests {
         /// Node `n`'s attempts: (number, agent name, outcome), by number.
         fn attempts(&self, n: usize) -> Vec<(i64, String, String)> {
             let mut rows: Vec<AttemptRow> = self.journal.attempts_of(self.graph.id(n)).unwrap();
-            rows.sort_by_key(|a| a.attempt);
+            rows.sort_by_key(|a| a.recorded.attempt);
             (rows.into_iter())
-                .map(|a| (a.attempt, a.node, a.outcome))
+                .map(|a| (a.recorded.attempt, a.recorded.node, a.recorded.outcome))
                 .collect()
         }
 
@@ -678,8 +678,9 @@ mod tests {
         let extra = &bench.journal.attempts_of(bench.graph.id(1)).unwrap();
         let message = extra
             .iter()
-            .find(|a| a.attempt == 3)
+            .find(|a| a.recorded.attempt == 3)
             .unwrap()
+            .recorded
             .message
             .clone();
         assert!(
@@ -737,8 +738,8 @@ mod tests {
         // A runner killed now leaves this row: the execution is an attempt.
         let journaled = bench.journal.attempts_of(bench.graph.id(0)).unwrap();
         assert_eq!(journaled.len(), 1, "{journaled:?}");
-        assert_eq!(journaled[0].outcome, LOST);
-        let message = journaled[0].message.clone().unwrap_or_default();
+        assert_eq!(journaled[0].recorded.outcome, LOST);
+        let message = journaled[0].recorded.message.clone().unwrap_or_default();
         assert!(
             message.starts_with("the run ended without hearing how it ended")
                 && message.contains(&name(worker)),
