@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use constellation::NodeId;
 use executors::shell::{ShellOutcome, ShellResult};
-use gluein::run_dir;
 use graph::{Graph, NodeReport};
 use journal::{
     unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, Journal, JournalError, NewAttempt,
     StreamPlace,
 };
+use report::run_dir;
 use sha2::{Digest, Sha256};
 
 use super::RunArgs;
