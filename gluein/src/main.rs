@@ -60,7 +60,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    gluein::cli::init_logging();
+    clitools::init_logging();
     let cli = Cli::parse();
     // A closed stdout (`report | head`) ends a command quietly, except one
     // that talks to other nodes: a socket write to a peer that is gone
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::Runs(_) | Command::Output(_) | Command::Probe(_) | Command::Glidein(_) => false,
     };
     if !talks_to_peers {
-        gluein::cli::exit_quietly_on_broken_pipe();
+        clitools::exit_quietly_on_broken_pipe();
     }
     let outcome = match cli.command {
         Command::Run(args) => commands::run::main(args),
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {}", gluein::cli::error_message(&error));
+            eprintln!("error: {}", clitools::error_message(&error));
             ExitCode::from(2)
         }
     }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _, Result};
 mod eval_cmd;
 
 use clap::{Args, Parser, Subcommand};
-use gluein::run_dir::create_run_dir;
+use report::run_dir::create_run_dir;
 
 use supernova::catalog::{Candidate, Verdict};
 use supernova::contexts::{Engine, Placement};
@@ -265,13 +265,13 @@ enum StepCommand {
 }
 
 fn main() -> ExitCode {
-    gluein::cli::init_logging();
+    clitools::init_logging();
     let cli = Cli::parse();
     // A closed stdout (`score | head`) ends a command quietly instead of a
     // panic, except the evaluation's, whose emulated sites talk over
     // sockets (see exit_quietly_on_broken_pipe).
     if !matches!(cli.command, Command::Eval(_) | Command::EvalSite(_)) {
-        gluein::cli::exit_quietly_on_broken_pipe();
+        clitools::exit_quietly_on_broken_pipe();
     }
     memory::set_max_image_bytes(cli.max_image_mib << 20);
     let outcome = match cli.command {
@@ -285,7 +285,7 @@ fn main() -> ExitCode {
         Command::EvalSite(args) => eval_cmd::site(args),
     };
     outcome.unwrap_or_else(|error| {
-        eprintln!("error: {}", gluein::cli::error_message(&error));
+        eprintln!("error: {}", clitools::error_message(&error));
         ExitCode::from(2)
     })
 }
@@ -418,8 +418,8 @@ fn run_and_report(data: &Path, out: &Path, pool: &PoolArgs) -> Result<bool> {
         .finish(&record, pool.version)
         .with_context(|| format!("writing {}", journal.display()))?;
     let plot = out.join("utilization.png");
-    let report = gluein::report::Report::from_journal(&journal::Journal::open(&journal)?, None)?;
-    gluein::report::plot(&report, &plot)?;
+    let report = report::Report::from_journal(&journal::Journal::open(&journal)?, None)?;
+    report::plot(&report, &plot)?;
     println!(
         "\njournal {}\nplot    {}",
         journal.display(),

@@ -128,7 +128,7 @@ fn render_jobs(jobs: &[JobSummary]) -> String {
             time(job.ended),
         ]);
     }
-    gluein::table::columns(&rows)
+    clitools::columns(&rows)
 }
 
 /// A time of a job in UTC, or `-`.
@@ -229,7 +229,7 @@ fn render_job(job: &JobSummary, activities: &[ActivityJson]) -> String {
     let mut out = format!(
         "job {} ({}): {}, priority {}\n",
         job.id,
-        gluein::table::printable(&job.name),
+        clitools::printable(&job.name),
         job.state,
         job.priority
     );
@@ -237,7 +237,7 @@ fn render_job(job: &JobSummary, activities: &[ActivityJson]) -> String {
         ("graph", job.graph.display().to_string()),
         (
             "submitter",
-            gluein::table::printable(&job.submitter).into_owned(),
+            clitools::printable(&job.submitter).into_owned(),
         ),
         ("submitted", time(Some(job.submitted))),
         ("started", time(job.started)),
@@ -287,7 +287,7 @@ fn render_job(job: &JobSummary, activities: &[ActivityJson]) -> String {
                 .unwrap_or_default(),
         ]);
     }
-    out.push_str(&gluein::table::columns(&rows));
+    out.push_str(&clitools::columns(&rows));
     out
 }
 

@@ -274,7 +274,7 @@ fn with_pool_file_advice(error: anyhow::Error) -> anyhow::Error {
     anyhow::anyhow!(
         "{}. With `--pool-file ~/pools/NAME.json` (a directory only you can write), the \
          pool's key, lock and state directory go beside it",
-        gluein::cli::error_message(&error)
+        clitools::error_message(&error)
     )
 }
 

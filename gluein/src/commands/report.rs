@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use clap::Args;
-use gluein::report::{plot, Report};
 use gluein::service::{ServiceRequest, ServiceResponse};
 use journal::Journal;
+use report::{plot, Report};
 
 /// Arguments of `constellation report`.
 #[derive(Args)]

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::Args;
-use gluein::run_dir;
 use journal::{unix_seconds, ActivityState, Journal, RunRow, Writer};
+use report::run_dir;
 use serde::Serialize;
 
 /// Arguments of `constellation runs`.
@@ -261,7 +261,7 @@ fn render(listings: &[RunListing]) -> String {
             run.total.to_string(),
         ]);
     }
-    gluein::table::columns(&rows)
+    clitools::columns(&rows)
 }
 
 /// A run's duration: tenths of a second under a minute (most test runs),

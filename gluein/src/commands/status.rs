@@ -264,7 +264,7 @@ fn render(answers: &[MemberStatus], silent: &[(NodeId, String)]) -> String {
                 .to_string(),
             ]);
         }
-        out.push_str(&gluein::table::columns(&rows));
+        out.push_str(&clitools::columns(&rows));
     }
     let labelled: Vec<String> = (answers.iter().zip(&executors))
         .flat_map(|(status, executors)| {

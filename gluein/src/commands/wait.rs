@@ -209,7 +209,7 @@ impl Waiting {
             .map(|(id, job)| match job {
                 Some(job) => format!(
                     "job {id} ({}) {}",
-                    gluein::table::printable(&job.name),
+                    clitools::printable(&job.name),
                     job.state
                 ),
                 None => format!("job {id}"),
@@ -375,7 +375,7 @@ fn progress_line(job: &JobSummary) -> String {
     let mut line = format!(
         "job {} ({}): {}, {}/{} done, {} running, {} waiting",
         job.id,
-        gluein::table::printable(&job.name),
+        clitools::printable(&job.name),
         job.state,
         counts.done,
         counts.total,
@@ -392,7 +392,7 @@ fn progress_line(job: &JobSummary) -> String {
 
 /// `job 3 (pipeline) succeeded`, or failed with why.
 fn ended_line(job: &JobSummary) -> String {
-    let name = gluein::table::printable(&job.name);
+    let name = clitools::printable(&job.name);
     let mut line = format!("job {} ({name}) {}", job.id, job.state);
     if job.state != JobState::Succeeded {
         if let Some(message) = &job.message {

@@ -33,7 +33,7 @@ use thiserror::Error;
 use crate::glidein::runner::CommandLine;
 use crate::glidein::spec::Backend;
 use crate::glidein::state::JobState;
-use crate::run_dir::{self, RunDirError};
+use report::run_dir::{self, RunDirError};
 
 /// Environment variable naming constellation's home directory.
 pub const HOME_ENV: &str = "CONSTELLATION_HOME";

@@ -397,8 +397,8 @@ impl Shared {
         drop(state);
         eprintln!(
             "job {id} ({}) submitted by {}: {}",
-            crate::table::printable(&name),
-            crate::table::printable(&job.submitter),
+            clitools::printable(&name),
+            clitools::printable(&job.submitter),
             job.graph.display()
         );
         self.wake();

@@ -128,8 +128,8 @@ pub fn run_seeds(
         let path = dir.join(format!("{file}.db"));
         let _ = std::fs::remove_file(&path);
         journal::write(&first, &path, name)?;
-        let report = gluein::report::Report::from_journal(&::journal::Journal::open(&path)?, None)?;
-        gluein::report::plot(&report, &dir.join(format!("{file}.png")))?;
+        let report = report::Report::from_journal(&::journal::Journal::open(&path)?, None)?;
+        report::plot(&report, &dir.join(format!("{file}.png")))?;
     }
     Ok(Outcome {
         name: name.to_string(),
@@ -401,7 +401,7 @@ fn row(cells: &[&str]) -> Vec<String> {
 
 /// Columns padded to their widest cell, two spaces apart.
 pub fn table(rows: &[Vec<String>]) -> String {
-    gluein::table::columns(rows)
+    clitools::columns(rows)
 }
 
 /// Seeds the simulator runs each emulated configuration with: they draw

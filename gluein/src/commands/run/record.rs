@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use constellation::{ActivityId, NodeId};
 use executors::shell::{ShellOutcome, ShellReport, ShellResult};
-use gluein::run_dir;
 use graph::{Graph, NodeReport};
 use journal::{
     unix_seconds, ActivityDecl, ActivityState, ActivityUpdate, Journal, JournalError, NewAttempt,
     StreamPlace,
 };
+use report::run_dir;
 use sha2::{Digest, Sha256};
 
 use super::executions::Executions;

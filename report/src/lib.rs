@@ -7,11 +7,19 @@
 //! and [`plot`] draws it as an SVG or PNG: utilization, per-label lanes and
 //! a Gantt chart of attempts per executor, the pictures of the Constellation
 //! paper's busy-executor figures.
+//!
+//! [`run_dir`] makes the directories runs keep their journal and outputs
+//! in, named by the time a run starts, with a `latest` link to the newest.
+
+#![warn(missing_docs, unreachable_pub)]
 
 mod bins;
 mod error;
 mod model;
 mod plot;
+// Public as a module: its items read as `run_dir::create_run_dir` and
+// `run_dir::RUNS_DIR`, names that say what they are only beside the module.
+pub mod run_dir;
 mod text;
 
 pub use error::ReportError;
