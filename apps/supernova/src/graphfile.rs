@@ -150,6 +150,152 @@ impl Writer<'_> {
     }
 }
 
+/// What the entries of one group share: its pairs as a sweep, the work
+/// directory template and the epochs.
+struct Sweeps {
+    pairs: String,
+    work: String,
+    epochs: String,
+}
+
+impl Sweeps {
+    /// A sweep over the group's pairs, then `extra`.
+    fn by_pair(&self, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+        let mut sweep = vec![("pair", self.pairs.clone())];
+        sweep.extend(extra.iter().cloned());
+        sweep
+    }
+
+    /// `--work` with the pair's work directory, then `more`.
+    fn on_work(&self, more: &[&str]) -> Vec<String> {
+        let mut args = vec!["--work".to_string(), self.work.clone()];
+        args.extend(more.iter().map(|a| a.to_string()));
+        args
+    }
+}
+
+impl Writer<'_> {
+    /// From preparing the pair up to splitting it into tiles.
+    fn steps_before_compare(&mut self, sweeps: &Sweeps, context: &str) {
+        self.entry(
+            Entry {
+                id: "{pair}-prepare",
+                script: "prepare.sh",
+                args: vec![
+                    "--data".into(),
+                    literal_path(&self.options.dataset),
+                    "--pair".into(),
+                    "{pair}".into(),
+                    "--work".into(),
+                    sweeps.work.clone(),
+                ],
+                after: vec![],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-detect-{epoch}",
+                script: "detect.sh",
+                args: sweeps.on_work(&["--epoch", "{epoch}"]),
+                after: vec!["{pair}-prepare"],
+                sweep: sweeps.by_pair(&[("epoch", sweeps.epochs.clone())]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-align",
+                script: "align.sh",
+                args: sweeps.on_work(&[]),
+                after: vec!["{pair}-detect-a", "{pair}-detect-b"],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-equalize-{epoch}",
+                script: "equalize.sh",
+                args: sweeps.on_work(&["--epoch", "{epoch}"]),
+                after: vec!["{pair}-align"],
+                sweep: sweeps.by_pair(&[("epoch", sweeps.epochs.clone())]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-split",
+                script: "split.sh",
+                args: sweeps.on_work(&[]),
+                after: vec!["{pair}-equalize-a", "{pair}-equalize-b"],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+    }
+
+    /// The tile comparisons (7.2): one entry per tile count of the group.
+    fn compare_steps(&mut self, group: &Group, sweeps: &Sweeps, context: &str) {
+        for (count, ids) in &group.by_tiles {
+            self.entry(
+                Entry {
+                    id: "{pair}-compare-{tile}",
+                    script: "compare.sh",
+                    args: sweeps.on_work(&["--tile", "{tile}"]),
+                    after: vec!["{pair}-split"],
+                    sweep: vec![
+                        ("pair", list(ids)),
+                        ("tile", quoted(&format!("0..{count}"))),
+                    ],
+                },
+                context,
+            );
+        }
+    }
+
+    /// Recombining the tiles, extracting the candidates, and the cleanup.
+    fn steps_after_compare(&mut self, sweeps: &Sweeps, context: &str) {
+        self.entry(
+            Entry {
+                id: "{pair}-recombine",
+                script: "recombine.sh",
+                args: sweeps.on_work(&[]),
+                // Every tile of the pair: the ids end in the tile number.
+                after: vec!["{pair}-compare-*"],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-extract",
+                script: "extract.sh",
+                args: sweeps.on_work(&[
+                    "--pair",
+                    "{pair}",
+                    "--results",
+                    &literal_path(&self.options.results),
+                ]),
+                after: vec!["{pair}-recombine"],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+        self.entry(
+            Entry {
+                id: "{pair}-cleanup",
+                script: "cleanup.sh",
+                args: sweeps.on_work(&[]),
+                after: vec!["{pair}-extract"],
+                sweep: sweeps.by_pair(&[]),
+            },
+            context,
+        );
+    }
+}
+
 /// The graph file's text for every pair of `manifest`.
 pub fn graph(manifest: &Manifest, options: &GraphOptions) -> String {
     let mut writer = Writer {
@@ -168,126 +314,15 @@ pub fn graph(manifest: &Manifest, options: &GraphOptions) -> String {
     let work = format!("{}/{{pair}}", literal_path(&options.work_root));
     let epochs = list(&["a", "b"]);
     for group in groups(manifest, options.placement) {
-        let pairs = list(&group.pairs());
-        let by_pair = |extra: &[(&'static str, String)]| {
-            let mut sweep = vec![("pair", pairs.clone())];
-            sweep.extend(extra.iter().cloned());
-            sweep
-        };
-        let on_work = |more: &[&str]| {
-            let mut args = vec!["--work".to_string(), work.clone()];
-            args.extend(more.iter().map(|a| a.to_string()));
-            args
+        let sweeps = Sweeps {
+            pairs: list(&group.pairs()),
+            work: work.clone(),
+            epochs: epochs.clone(),
         };
         let context = group.context.as_str();
-        writer.entry(
-            Entry {
-                id: "{pair}-prepare",
-                script: "prepare.sh",
-                args: vec![
-                    "--data".into(),
-                    literal_path(&options.dataset),
-                    "--pair".into(),
-                    "{pair}".into(),
-                    "--work".into(),
-                    work.clone(),
-                ],
-                after: vec![],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-detect-{epoch}",
-                script: "detect.sh",
-                args: on_work(&["--epoch", "{epoch}"]),
-                after: vec!["{pair}-prepare"],
-                sweep: by_pair(&[("epoch", epochs.clone())]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-align",
-                script: "align.sh",
-                args: on_work(&[]),
-                after: vec!["{pair}-detect-a", "{pair}-detect-b"],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-equalize-{epoch}",
-                script: "equalize.sh",
-                args: on_work(&["--epoch", "{epoch}"]),
-                after: vec!["{pair}-align"],
-                sweep: by_pair(&[("epoch", epochs.clone())]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-split",
-                script: "split.sh",
-                args: on_work(&[]),
-                after: vec!["{pair}-equalize-a", "{pair}-equalize-b"],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
-        for (count, ids) in &group.by_tiles {
-            writer.entry(
-                Entry {
-                    id: "{pair}-compare-{tile}",
-                    script: "compare.sh",
-                    args: on_work(&["--tile", "{tile}"]),
-                    after: vec!["{pair}-split"],
-                    sweep: vec![
-                        ("pair", list(ids)),
-                        ("tile", quoted(&format!("0..{count}"))),
-                    ],
-                },
-                context,
-            );
-        }
-        writer.entry(
-            Entry {
-                id: "{pair}-recombine",
-                script: "recombine.sh",
-                args: on_work(&[]),
-                // Every tile of the pair: the ids end in the tile number.
-                after: vec!["{pair}-compare-*"],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-extract",
-                script: "extract.sh",
-                args: on_work(&[
-                    "--pair",
-                    "{pair}",
-                    "--results",
-                    &literal_path(&options.results),
-                ]),
-                after: vec!["{pair}-recombine"],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
-        writer.entry(
-            Entry {
-                id: "{pair}-cleanup",
-                script: "cleanup.sh",
-                args: on_work(&[]),
-                after: vec!["{pair}-extract"],
-                sweep: by_pair(&[]),
-            },
-            context,
-        );
+        writer.steps_before_compare(&sweeps, context);
+        writer.compare_steps(&group, &sweeps, context);
+        writer.steps_after_compare(&sweeps, context);
     }
     writer.out
 }

@@ -328,22 +328,9 @@ pub fn refresh(alloc: &mut Allocation, runner: &dyn Runner) -> Result<JobState, 
         (Backend::Ssh, _) => direct::ssh_query(alloc, runner),
         (Backend::Local, _) => direct::local_query(alloc, runner),
     };
-    match result {
-        Ok(state) => {
-            alloc.record.state = state.clone();
-            alloc.record.last_error = None;
-            alloc.save()?;
-            Ok(state)
-        }
-        Err(source) => {
-            alloc.record.last_error = Some(source.to_string());
-            alloc.save()?;
-            Err(GlideinError::Query {
-                id: alloc.id().to_string(),
-                source: Box::new(source),
-            })
-        }
-    }
+    record_outcome(alloc, result, JobState::clone, |id, source| {
+        GlideinError::Query { id, source }
+    })
 }
 
 /// Cancels `alloc`: `scancel`/`qdel` for batch jobs, the cancel script for
@@ -359,23 +346,35 @@ pub fn cancel(alloc: &mut Allocation, runner: &dyn Runner) -> Result<CancelOutco
         (Backend::Slurm | Backend::Pbs, None) => Ok(CancelOutcome::Cancelled),
         (Backend::Ssh | Backend::Local, _) => direct::cancel(alloc, runner),
     };
+    let state_after = |outcome: &CancelOutcome| match outcome {
+        CancelOutcome::Cancelled => JobState::Cancelled,
+        CancelOutcome::AlreadyOver => JobState::Finished { exit: None },
+    };
+    record_outcome(alloc, result, state_after, |id, source| {
+        GlideinError::Cancel { id, source }
+    })
+}
+
+/// Saves what asking the batch system (or hosts) about `alloc` taught: on
+/// success the state `state_after` gives, on failure the error, keeping
+/// the last known state; the error comes back as `failed` names it.
+fn record_outcome<T>(
+    alloc: &mut Allocation,
+    result: Result<T, BackendError>,
+    state_after: impl FnOnce(&T) -> JobState,
+    failed: fn(String, Box<BackendError>) -> GlideinError,
+) -> Result<T, GlideinError> {
     match result {
-        Ok(outcome) => {
-            alloc.record.state = match outcome {
-                CancelOutcome::Cancelled => JobState::Cancelled,
-                CancelOutcome::AlreadyOver => JobState::Finished { exit: None },
-            };
+        Ok(value) => {
+            alloc.record.state = state_after(&value);
             alloc.record.last_error = None;
             alloc.save()?;
-            Ok(outcome)
+            Ok(value)
         }
         Err(source) => {
             alloc.record.last_error = Some(source.to_string());
             alloc.save()?;
-            Err(GlideinError::Cancel {
-                id: alloc.id().to_string(),
-                source: Box::new(source),
-            })
+            Err(failed(alloc.id().to_string(), Box::new(source)))
         }
     }
 }

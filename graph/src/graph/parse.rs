@@ -3,7 +3,7 @@
 //! [`Graph`].
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use constellation::ContextList;
 
@@ -64,73 +64,10 @@ impl Graph {
         base: &Path,
         options: &LoadOptions,
     ) -> Result<Graph, GraphErrors> {
-        let mut errors = Errors {
-            file: file.to_string(),
-            text,
-            line_starts: std::iter::once(0)
-                .chain(text.match_indices('\n').map(|(at, _)| at + 1))
-                .collect(),
-            spans: Vec::new(),
-            list: Vec::new(),
-        };
-        let raw: RawGraph = match format {
-            Format::Toml => match toml::from_str(text) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    errors.at_span(e.span(), None, e.message().to_string());
-                    return Err(errors.finish());
-                }
-            },
-            Format::Json => match serde_json::from_str(text) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    errors.list.push(GraphError {
-                        file: file.to_string(),
-                        line_column: Some((e.line(), e.column())),
-                        entry: None,
-                        message: e.to_string(),
-                    });
-                    return Err(errors.finish());
-                }
-            },
-        };
-        if format == Format::Toml {
-            errors.spans = toml_spans(text);
-        }
-        if raw.activities.is_empty() {
-            errors.at_span(None, None, "the graph has no `[[activity]]` entries".into());
-            return Err(errors.finish());
-        }
-
+        let (raw, mut errors) = read_raw(text, format, file)?;
         let mut graph = Graph::default();
         graph.sources.push((file.to_string(), text.to_string()));
-        let mut context_at: HashMap<ContextList, u32> = HashMap::new();
-        for (k, raw_entry) in raw.activities.iter().enumerate() {
-            let Some((entry, context)) = compile(
-                raw_entry,
-                k,
-                (base, options),
-                &mut graph.sources,
-                &mut errors,
-            ) else {
-                continue;
-            };
-            if !errors.list.is_empty() {
-                // Ids are only checked while the file is good so far: the
-                // node numbers of an entry that failed would be off.
-                continue;
-            }
-            let context = *context_at.entry(context.clone()).or_insert_with(|| {
-                graph.contexts.push(context);
-                (graph.contexts.len() - 1) as u32
-            });
-            graph.starts.push(graph.ends.len() as u32);
-            graph.add_ids(&entry, k, raw_entry, &mut errors);
-            let added = graph.ends.len() - graph.context_of.len();
-            graph.context_of.extend(std::iter::repeat_n(context, added));
-            graph.kinds.push(raw_entry.id.clone());
-            graph.entries.push(entry);
-        }
+        graph.add_entries(&raw, (base, options), &mut errors);
         if !errors.list.is_empty() {
             return Err(errors.finish());
         }
@@ -146,48 +83,93 @@ impl Graph {
         }
         graph.dependants = graph.after.reversed(graph.len());
         if let Some(cycle) = graph.find_cycle() {
-            let names: Vec<&str> = cycle.iter().map(|&n| graph.id(n)).collect();
-            // Each link, at the field that makes it: `after`, or `inputs`
-            // for a file another activity writes.
-            let link = |k: usize| {
-                let previous = (k + cycle.len() - 1) % cycle.len();
-                match read_from.get(&(cycle[k] as u32, cycle[previous] as u32)) {
-                    Some(file) => (
-                        "inputs",
-                        format!(
-                            " (it reads `{}`, which `{}` writes)",
-                            file.display(),
-                            names[previous]
-                        ),
-                    ),
-                    None => ("after", String::new()),
-                }
-            };
-            let shown = cycle.len().min(10);
-            let places: Vec<String> = (0..shown)
-                .map(|k| {
-                    let entry = graph.kind_of(cycle[k]);
-                    let (field, why) = link(k);
-                    format!(
-                        "`{}` at {}{why}",
-                        names[k],
-                        errors.place(entry, field, &raw.activities[entry].id)
-                    )
-                })
-                .collect();
-            let first = graph.kind_of(cycle[0]);
-            let message = format!(
-                "the dependencies form a cycle: {} -> {}; {}{}",
-                names.join(" -> "),
-                names[0],
-                places.join(", "),
-                if cycle.len() > shown { ", ..." } else { "" }
-            );
-            errors.at_field(first, &raw.activities[first], link(0).0, message);
+            graph.refuse_cycle(&cycle, &read_from, &raw, &mut errors);
             return Err(errors.finish());
         }
         graph.places = errors.entry_places(&raw);
         Ok(graph)
+    }
+
+    /// Compiles every entry of `raw` and adds its ids, giving each distinct
+    /// context list one number.
+    fn add_entries(
+        &mut self,
+        raw: &RawGraph,
+        sweep_files: (&Path, &LoadOptions),
+        errors: &mut Errors,
+    ) {
+        let mut context_at: HashMap<ContextList, u32> = HashMap::new();
+        for (k, raw_entry) in raw.activities.iter().enumerate() {
+            let Some((entry, context)) =
+                compile(raw_entry, k, sweep_files, &mut self.sources, errors)
+            else {
+                continue;
+            };
+            if !errors.list.is_empty() {
+                // Ids are only checked while the file is good so far: the
+                // node numbers of an entry that failed would be off.
+                continue;
+            }
+            let context = *context_at.entry(context.clone()).or_insert_with(|| {
+                self.contexts.push(context);
+                (self.contexts.len() - 1) as u32
+            });
+            self.starts.push(self.ends.len() as u32);
+            self.add_ids(&entry, k, raw_entry, errors);
+            let added = self.ends.len() - self.context_of.len();
+            self.context_of.extend(std::iter::repeat_n(context, added));
+            self.kinds.push(raw_entry.id.clone());
+            self.entries.push(entry);
+        }
+    }
+
+    /// Records the error for a dependency `cycle`, naming each link at the
+    /// field that makes it (the first ten of them).
+    fn refuse_cycle(
+        &self,
+        cycle: &[usize],
+        read_from: &HashMap<(u32, u32), PathBuf>,
+        raw: &RawGraph,
+        errors: &mut Errors,
+    ) {
+        let names: Vec<&str> = cycle.iter().map(|&n| self.id(n)).collect();
+        // Each link, at the field that makes it: `after`, or `inputs`
+        // for a file another activity writes.
+        let link = |k: usize| {
+            let previous = (k + cycle.len() - 1) % cycle.len();
+            match read_from.get(&(cycle[k] as u32, cycle[previous] as u32)) {
+                Some(file) => (
+                    "inputs",
+                    format!(
+                        " (it reads `{}`, which `{}` writes)",
+                        file.display(),
+                        names[previous]
+                    ),
+                ),
+                None => ("after", String::new()),
+            }
+        };
+        let shown = cycle.len().min(10);
+        let places: Vec<String> = (0..shown)
+            .map(|k| {
+                let entry = self.kind_of(cycle[k]);
+                let (field, why) = link(k);
+                format!(
+                    "`{}` at {}{why}",
+                    names[k],
+                    errors.place(entry, field, &raw.activities[entry].id)
+                )
+            })
+            .collect();
+        let first = self.kind_of(cycle[0]);
+        let message = format!(
+            "the dependencies form a cycle: {} -> {}; {}{}",
+            names.join(" -> "),
+            names[0],
+            places.join(", "),
+            if cycle.len() > shown { ", ..." } else { "" }
+        );
+        errors.at_field(first, &raw.activities[first], link(0).0, message);
     }
 
     /// Renders entry `k`'s ids into the arena, checking each and refusing
@@ -240,6 +222,54 @@ impl Graph {
     }
 }
 
+/// Deserializes `text` and sets up the error collector that points into
+/// it; a file that is not valid TOML or JSON, or has no entries, is
+/// refused here.
+fn read_raw<'t>(
+    text: &'t str,
+    format: Format,
+    file: &str,
+) -> Result<(RawGraph, Errors<'t>), GraphErrors> {
+    let mut errors = Errors {
+        file: file.to_string(),
+        text,
+        line_starts: std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(at, _)| at + 1))
+            .collect(),
+        spans: Vec::new(),
+        list: Vec::new(),
+    };
+    let raw: RawGraph = match format {
+        Format::Toml => match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                errors.at_span(e.span(), None, e.message().to_string());
+                return Err(errors.finish());
+            }
+        },
+        Format::Json => match serde_json::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                errors.list.push(GraphError {
+                    file: file.to_string(),
+                    line_column: Some((e.line(), e.column())),
+                    entry: None,
+                    message: e.to_string(),
+                });
+                return Err(errors.finish());
+            }
+        },
+    };
+    if format == Format::Toml {
+        errors.spans = toml_spans(text);
+    }
+    if raw.activities.is_empty() {
+        errors.at_span(None, None, "the graph has no `[[activity]]` entries".into());
+        return Err(errors.finish());
+    }
+    Ok((raw, errors))
+}
+
 /// Checks entry `k`'s fields once for all its activities: sweep values,
 /// templates, context and timeout. Returns the entry and its context.
 pub(super) fn compile(
@@ -249,57 +279,12 @@ pub(super) fn compile(
     sources: &mut Vec<(String, String)>,
     errors: &mut Errors,
 ) -> Option<(Entry, ContextList)> {
-    let mut variables: Vec<Variable> = Vec::new();
-    for (name, values) in &raw.sweep {
-        match sweep_values(values, sweep_files, sources) {
-            Ok(list) if list.is_empty() => {
-                errors.at_field(
-                    k,
-                    raw,
-                    "for",
-                    format!("sweep variable `{name}` has no values"),
-                );
-                return None;
-            }
-            Ok(values) => variables.push(Variable {
-                name: name.clone(),
-                values,
-            }),
-            Err(message) => {
-                errors.at_field(k, raw, "for", format!("sweep variable `{name}`: {message}"));
-                return None;
-            }
-        }
-    }
-    let total = variables
-        .iter()
-        .try_fold(1usize, |acc, v| acc.checked_mul(v.values.len()))
-        .filter(|&t| t <= MAX_INSTANCES);
-    let Some(total) = total else {
-        errors.at_field(
-            k,
-            raw,
-            "for",
-            format!("the sweep expands to more than {MAX_INSTANCES} activities"),
-        );
-        return None;
-    };
+    let (variables, total) = sweep_variables(raw, k, sweep_files, sources, errors)?;
     let known: Vec<&str> = variables.iter().map(|v| v.name.as_str()).collect();
-    let mut after = Vec::new();
-    for (item, text) in raw.after.iter().enumerate() {
-        match Template::checked(text, &known) {
-            Ok(t) => after.push(t),
-            Err(e) => {
-                errors.at_after_item(k, raw, item, format!("in `after`: {e}"));
-                return None;
-            }
-        }
-    }
+    let after = after_templates(raw, k, &known, errors)?;
     // Parses one field's text, or records why it cannot be.
-    let template = |field: &str, text: &str, errors: &mut Errors| -> Option<Template> {
-        Template::checked(text, &known)
-            .map_err(|e| errors.at_field(k, raw, field, format!("in `{field}`: {e}")))
-            .ok()
+    let template = |field: &str, text: &str, errors: &mut Errors| {
+        field_template(raw, k, &known, field, text, errors)
     };
     let id_template = template("id", &raw.id, errors)?;
     // The first item's values, for the messages that name an id.
@@ -313,35 +298,7 @@ pub(super) fn compile(
         errors.at_field(k, raw, "id", message);
         return None;
     }
-    let program = match (&raw.command, &raw.script) {
-        (Some(command), None) => ProgramTemplate::Command(template("command", command, errors)?),
-        // The shell reads the script: values go in quoted, as one word each.
-        (None, Some(text)) => match Template::checked_script(text, &known) {
-            Ok(t) => ProgramTemplate::Script(t),
-            Err(e) => {
-                errors.at_field(k, raw, "script", format!("in `script`: {e}"));
-                return None;
-            }
-        },
-        (Some(_), Some(_)) => {
-            errors.at_field(
-                k,
-                raw,
-                "script",
-                format!("`{id}` has both `command` and `script`; give one"),
-            );
-            return None;
-        }
-        (None, None) => {
-            errors.at_field(
-                k,
-                raw,
-                "id",
-                format!("`{id}` has neither `command` nor `script`"),
-            );
-            return None;
-        }
-    };
+    let program = program_template(raw, k, &known, &id, errors)?;
     let args = (raw.args.iter())
         .map(|arg| template("args", arg, errors))
         .collect::<Option<Vec<_>>>()?;
@@ -383,6 +340,130 @@ pub(super) fn compile(
         groups: Vec::new(),
     };
     Some((entry, context))
+}
+
+/// Entry `k`'s sweep variables with their values, and how many activities
+/// they expand to (at most [`MAX_INSTANCES`]).
+fn sweep_variables(
+    raw: &RawEntry,
+    k: usize,
+    sweep_files: (&Path, &LoadOptions),
+    sources: &mut Vec<(String, String)>,
+    errors: &mut Errors,
+) -> Option<(Vec<Variable>, usize)> {
+    let mut variables: Vec<Variable> = Vec::new();
+    for (name, values) in &raw.sweep {
+        match sweep_values(values, sweep_files, sources) {
+            Ok(list) if list.is_empty() => {
+                errors.at_field(
+                    k,
+                    raw,
+                    "for",
+                    format!("sweep variable `{name}` has no values"),
+                );
+                return None;
+            }
+            Ok(values) => variables.push(Variable {
+                name: name.clone(),
+                values,
+            }),
+            Err(message) => {
+                errors.at_field(k, raw, "for", format!("sweep variable `{name}`: {message}"));
+                return None;
+            }
+        }
+    }
+    let total = variables
+        .iter()
+        .try_fold(1usize, |acc, v| acc.checked_mul(v.values.len()))
+        .filter(|&t| t <= MAX_INSTANCES);
+    let Some(total) = total else {
+        errors.at_field(
+            k,
+            raw,
+            "for",
+            format!("the sweep expands to more than {MAX_INSTANCES} activities"),
+        );
+        return None;
+    };
+    Some((variables, total))
+}
+
+/// Entry `k`'s `after` items as templates over its sweep variables.
+fn after_templates(
+    raw: &RawEntry,
+    k: usize,
+    known: &[&str],
+    errors: &mut Errors,
+) -> Option<Vec<Template>> {
+    let mut after = Vec::new();
+    for (item, text) in raw.after.iter().enumerate() {
+        match Template::checked(text, known) {
+            Ok(t) => after.push(t),
+            Err(e) => {
+                errors.at_after_item(k, raw, item, format!("in `after`: {e}"));
+                return None;
+            }
+        }
+    }
+    Some(after)
+}
+
+/// Parses the text of entry `k`'s `field` as a template over `known`, or
+/// records why it cannot be.
+fn field_template(
+    raw: &RawEntry,
+    k: usize,
+    known: &[&str],
+    field: &str,
+    text: &str,
+    errors: &mut Errors,
+) -> Option<Template> {
+    Template::checked(text, known)
+        .map_err(|e| errors.at_field(k, raw, field, format!("in `{field}`: {e}")))
+        .ok()
+}
+
+/// Entry `k`'s program: its `command` or its `script`, exactly one of them.
+/// `id` is the first activity's id, for the messages.
+fn program_template(
+    raw: &RawEntry,
+    k: usize,
+    known: &[&str],
+    id: &str,
+    errors: &mut Errors,
+) -> Option<ProgramTemplate> {
+    Some(match (&raw.command, &raw.script) {
+        (Some(command), None) => {
+            ProgramTemplate::Command(field_template(raw, k, known, "command", command, errors)?)
+        }
+        // The shell reads the script: values go in quoted, as one word each.
+        (None, Some(text)) => match Template::checked_script(text, known) {
+            Ok(t) => ProgramTemplate::Script(t),
+            Err(e) => {
+                errors.at_field(k, raw, "script", format!("in `script`: {e}"));
+                return None;
+            }
+        },
+        (Some(_), Some(_)) => {
+            errors.at_field(
+                k,
+                raw,
+                "script",
+                format!("`{id}` has both `command` and `script`; give one"),
+            );
+            return None;
+        }
+        (None, None) => {
+            errors.at_field(
+                k,
+                raw,
+                "id",
+                format!("`{id}` has neither `command` nor `script`"),
+            );
+            return None;
+        }
+    })
 }
 
 /// A sweep variable's values; a `file` it reads (beside the graph file
