@@ -54,6 +54,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod exit;
 mod launch;
 mod mpi_program;
 mod output;
@@ -72,8 +73,9 @@ use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event, Step};
 use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
+pub use output::Output;
 pub use result::{
-    AttemptRecord, Output, ShellFailure, ShellOutcome, ShellReport, ShellResult, ShellStarted,
+    AttemptRecord, ShellFailure, ShellOutcome, ShellReport, ShellResult, ShellStarted,
 };
 pub use running::{
     cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, restore_origin,
@@ -283,7 +285,7 @@ impl ShellActivity {
                     name: spec.name.clone(),
                     attempt,
                     node: cx.node(),
-                    host: host_name().to_string(),
+                    host: crate::probe::host_name().to_string(),
                     executor: cx.executor_index(),
                     labels,
                     started: std::time::SystemTime::now(),
@@ -414,7 +416,7 @@ impl ShellActivity {
             stderr: done.stderr,
             executor_labels: labels.to_string(),
             node: cx.node(),
-            host: host_name().to_string(),
+            host: crate::probe::host_name().to_string(),
             executor: cx.executor_index(),
             history,
             cancelled,
@@ -461,12 +463,6 @@ impl Ran {
             },
         }
     }
-}
-
-/// This machine's host name, read once.
-fn host_name() -> &'static str {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(crate::probe::hostname)
 }
 
 /// Creates the activity's output directory and names the attempt's files:

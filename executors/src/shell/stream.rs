@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::result::Output;
+use super::output::Output;
 
 /// The first bytes of every stream file.
 pub const MAGIC: &[u8] = b"constellation output stream 1\n";
@@ -564,7 +564,7 @@ impl StreamWriter {
     /// never write to one file.
     fn create(dir: &Path) -> io::Result<StreamWriter> {
         std::fs::create_dir_all(dir)?;
-        let host = super::spec::output_folder_name(super::host_name());
+        let host = super::spec::output_folder_name(crate::probe::host_name());
         loop {
             let number = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("{host}.{}.{number}.stream", std::process::id()));
@@ -823,7 +823,7 @@ impl Pump {
             if exited
                 || (pidfd.is_none()
                     && !ready
-                    && super::process::wait_for_exit(pid, Some(Instant::now()))?)
+                    && super::exit::wait_for_exit(pid, Some(Instant::now()))?)
             {
                 return Ok(true);
             }

@@ -455,7 +455,7 @@ fn kill_orphans(token: &str, group: libc::pid_t) {
         }
         // Wait for this round's dead, so their children are reparented here.
         for &pid in &doomed {
-            let _ = super::process::wait_for_exit(pid, Some(deadline));
+            let _ = super::exit::wait_for_exit(pid, Some(deadline));
         }
         if !found || Instant::now() > deadline {
             break;
@@ -807,7 +807,7 @@ mod tests {
         let found = children().iter().any(|c| c.pid == orphan);
         // SAFETY: the test's own orphan, now this process's child.
         unsafe { libc::kill(orphan, libc::SIGKILL) };
-        let _ = super::super::process::wait_for_exit(orphan, Some(Instant::now() + KILL_PATIENCE));
+        let _ = super::super::exit::wait_for_exit(orphan, Some(Instant::now() + KILL_PATIENCE));
         let mut status = 0;
         // SAFETY: our child; reaps it.
         unsafe { libc::waitpid(orphan, &mut status, 0) };
