@@ -265,6 +265,7 @@ fn run_once_to(
     let (stdout, stderr) = match (readers, files, &created) {
         _ if pump.is_some() => {
             let pumped = pump.expect("a pump").finish(DEATH_PATIENCE);
+            let outputs = Output::streamed(&pumped);
             if let Some(lost) = pumped.lost {
                 // Its output is gone: the attempt fails, whatever the
                 // command's status, which the reason keeps.
@@ -272,7 +273,7 @@ fn run_once_to(
                     reason: format!("{lost}; the command {outcome}"),
                 };
             }
-            (pumped.stdout, pumped.stderr)
+            outputs
         }
         (Some((out, err)), _, _) => (join_reader(out), join_reader(err)),
         // Everything the command started is dead: nothing writes to the

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::stream::{self, Channel, StreamPlace};
+use super::stream::{self, Channel, Pumped, StreamPlace};
 
 pub(crate) use files::OutputFiles;
 
@@ -47,6 +47,28 @@ pub enum Output {
 }
 
 impl Output {
+    /// Where each channel of a streamed attempt ended up:
+    /// [`Output::Stream`] for one the command wrote to, [`Output::Empty`]
+    /// for one it did not, and [`Output::Discarded`] for both if they
+    /// could not be written.
+    pub(crate) fn streamed(pumped: &Pumped) -> (Output, Output) {
+        if pumped.lost.is_some() {
+            return (Output::Discarded, Output::Discarded);
+        }
+        let Some(place) = &pumped.place else {
+            return (Output::Empty, Output::Empty);
+        };
+        let output = |channel: Channel| match pumped.bytes[channel as usize] {
+            0 => Output::Empty,
+            bytes => Output::Stream {
+                place: place.clone(),
+                channel,
+                bytes,
+            },
+        };
+        (output(Channel::Stdout), output(Channel::Stderr))
+    }
+
     /// The stream as text, read from its file if it went to one; invalid
     /// UTF-8 is replaced; empty for [`Output::Empty`]. `None` if it was
     /// discarded or the file is gone or cannot be read.
