@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::stream::{self, Channel, Pumped, StreamPlace};
 
-pub(crate) use files::OutputFiles;
+pub(crate) use files::{FileIdentity, OutputFiles};
 
 /// Where one output stream ended up.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
