@@ -185,6 +185,13 @@ fn probe_gpus() -> (Vec<GpuInfo>, Option<String>) {
     )
 }
 
+/// This machine's host name, read once: the shell executor names it in
+/// every result and in its stream files' names.
+pub(crate) fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(hostname)
+}
+
 /// This machine's host name, or `unknown`.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

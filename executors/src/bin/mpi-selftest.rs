@@ -95,6 +95,19 @@ impl Checks {
             println!("FAIL {name}: {detail}");
         }
     }
+
+    /// Prints how many checks passed, or failed.
+    fn summary(&self) {
+        if self.failed == 0 {
+            println!("mpi-selftest: all {} checks passed", self.passed);
+        } else {
+            println!(
+                "mpi-selftest: {} of {} checks FAILED",
+                self.failed,
+                self.failed + self.passed
+            );
+        }
+    }
 }
 
 /// Rank 0's main program; returns the number of failed checks.
@@ -116,12 +129,20 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
             return checks.failed;
         }
     };
+    check_examples(&mut checks, &pool, expected);
+    check_rank_context(&mut checks, &pool, expected);
+    check_failures(&mut checks, &pool, expected, ranks);
+    check_done(&mut checks, pool);
+    checks.summary();
+    checks.failed
+}
 
-    // The two example M-tasks, submitted together; one collector tells
-    // their outcomes apart by sender.
+/// The two example M-tasks, submitted together; one collector tells
+/// their outcomes apart by sender.
+fn check_examples(checks: &mut Checks, pool: &Pool, expected: usize) {
     let n = 10_000_000;
     let (samples_per_rank, seed) = (1_000_000, 2011);
-    match run_pair(&pool, n, samples_per_rank, seed) {
+    match run_pair(pool, n, samples_per_rank, seed) {
         Err(error) => checks.check("examples", false, error),
         Ok((dot, pi)) => {
             let exact = DotProduct::exact(n);
@@ -160,10 +181,13 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
             );
         }
     }
+}
 
-    // The executor's ranked label lets work ask for a partition size.
+/// The executor's ranked label lets work ask for a partition size, and
+/// work that asks for more ranks than there are is refused at submit.
+fn check_rank_context(checks: &mut Checks, pool: &Pool, expected: usize) {
     let context: ContextList = format!("mpi:ranks={expected}").parse().unwrap_or_default();
-    let outcome = run_one(&pool, |parent| {
+    let outcome = run_one(pool, |parent| {
         OnMpi::new(parent, DotProduct { n: 1000 }).with_context(context.clone())
     });
     checks.check(
@@ -181,9 +205,12 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
         matches!(refused, Err(SubmitError::NoSuitableExecutor { .. })),
         format!("context `{too_big}` refused at submit: {refused:?}"),
     );
+}
 
-    // Work that lands on an executor without MPI says so.
-    let outcome = run_one(&pool, |parent| {
+/// Work that lands on an executor without MPI says so; failures on some
+/// ranks are reported, and the partition keeps serving.
+fn check_failures(checks: &mut Checks, pool: &Pool, expected: usize, ranks: usize) {
+    let outcome = run_one(pool, |parent| {
         OnMpi::new(parent, DotProduct { n: 10 }).with_context(ContextList::anywhere())
     });
     checks.check(
@@ -191,19 +218,15 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
         matches!(&outcome, Ok(Err(MpiError::NoMpiLink { .. }))),
         describe(&outcome),
     );
-
-    // Failures on some ranks are reported, and the partition keeps serving.
     let last = expected.saturating_sub(1);
-    let outcome = run_one(&pool, |parent| {
-        OnMpi::new(parent, FailOnRank { rank: last })
-    });
+    let outcome = run_one(pool, |parent| OnMpi::new(parent, FailOnRank { rank: last }));
     checks.check(
         "rank-error",
         matches!(&outcome, Ok(Err(MpiError::Failed(f)))
             if f.len() == 1 && f[0].rank == last && !f[0].panicked && f[0].message.contains("on purpose")),
         describe(&outcome),
     );
-    let outcome = run_one(&pool, |parent| {
+    let outcome = run_one(pool, |parent| {
         OnMpi::new(parent, DecodeFailsOnRank { rank: last })
     });
     checks.check(
@@ -211,14 +234,14 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
         matches!(&outcome, Ok(Err(MpiError::Decode(f))) if f.len() == 1 && f[0].rank == last),
         describe(&outcome),
     );
-    let outcome = run_one(&pool, |parent| OnMpi::new(parent, PanicEverywhere));
+    let outcome = run_one(pool, |parent| OnMpi::new(parent, PanicEverywhere));
     checks.check(
         "panic",
         matches!(&outcome, Ok(Err(MpiError::Failed(f)))
             if f.len() == ranks && f.iter().all(|f| f.panicked)),
         describe(&outcome),
     );
-    let outcome = run_one(&pool, |parent| OnMpi::new(parent, DotProduct { n: 1000 }));
+    let outcome = run_one(pool, |parent| OnMpi::new(parent, DotProduct { n: 1000 }));
     let recovered = outcome
         .as_ref()
         .ok()
@@ -229,7 +252,10 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
         recovered.is_some_and(|d| Some(d.dot) == DotProduct::exact(1000)),
         format!("after the failures: {recovered:?}"),
     );
+}
 
+/// The pool shuts down with no failed call.
+fn check_done(checks: &mut Checks, pool: Pool) {
     match pool.done() {
         Ok(summary) => checks.check(
             "pool-done",
@@ -242,16 +268,6 @@ fn selftest(mpi: &MpiRoot, expected: usize) -> usize {
         ),
         Err(error) => checks.check("pool-done", false, error),
     }
-    if checks.failed == 0 {
-        println!("mpi-selftest: all {} checks passed", checks.passed);
-    } else {
-        println!(
-            "mpi-selftest: {} of {} checks FAILED",
-            checks.failed,
-            checks.failed + checks.passed
-        );
-    }
-    checks.failed
 }
 
 /// Runs one M-task that panics on the last rank only; never returns if the

@@ -54,6 +54,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// The modules depend on each other one way, from the leaves up: `spec`,
+// `launch`, `exit`, `spawn` and `running` need none of the others;
+// `stream` (format, reader, writer, pump) needs `spec` and `exit`;
+// `output` needs `stream`; `result` needs `output`; `tracking` needs
+// `launch` and `exit`; `process` needs all of these; and this module puts
+// them together as an activity.
+mod exit;
 mod launch;
 mod mpi_program;
 mod output;
@@ -72,8 +79,9 @@ use constellation::{Activity, ActivityCx, ActivityId, ContextList, Event, Step};
 use serde::{Deserialize, Serialize};
 
 pub use mpi_program::{MpiLauncher, MpiProgram};
+pub use output::Output;
 pub use result::{
-    AttemptRecord, Output, ShellFailure, ShellOutcome, ShellReport, ShellResult, ShellStarted,
+    AttemptRecord, ShellFailure, ShellOutcome, ShellReport, ShellResult, ShellStarted,
 };
 pub use running::{
     cancel_origin, kill_all_running, origin_cancelled, origin_text, parse_origin, restore_origin,
@@ -233,156 +241,159 @@ impl ShellActivity {
     fn run(&mut self, cx: &mut ActivityCx<'_>) -> Ran {
         let activity = cx.id();
         let labels = cx.executor_context().label_list();
-        let mut env: Vec<(String, String)> = cx
-            .resources()
-            .env()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        env.push((
-            "CONSTELLATION_EXECUTOR".to_string(),
-            cx.executor_index().to_string(),
-        ));
-        env.push(("CONSTELLATION_LABELS".to_string(), labels.clone()));
-        env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
-        let Progress {
-            mut attempt,
-            mut announced,
-            claimed,
-            mut history,
-            mut last,
-        } = self.progress.take().map(|p| *p).unwrap_or_default();
+        let mut env = executor_env(cx, activity, &labels);
+        let mut progress = self.progress.take().map(|p| *p).unwrap_or_default();
         let executor = (cx.node(), cx.executor_index());
-        if claimed {
+        if progress.claimed {
             // Announced in the last call: it starts now, or never.
             running::release_start(executor);
         }
-        let spec = &self.spec;
         loop {
             if let Some(refusal) = running::refusal(Some(activity)) {
-                return Ran::refused(last, refusal);
+                return Ran::refused(progress.last, refusal);
             }
-            if let (true, Some(parent), true) =
-                (self.report_starts, self.parent, announced < attempt)
-            {
-                let claimed = running::claim_start(executor);
-                cx.send(activity, CallAgain);
-                if !claimed {
-                    // Another activity announced an attempt here and has
-                    // not started it: it runs first.
-                    self.progress = Some(Box::new(Progress {
-                        attempt,
-                        announced,
-                        claimed,
-                        history,
-                        last,
-                    }));
-                    return Ran::Later;
-                }
-                let started = ShellStarted {
-                    activity,
-                    name: spec.name.clone(),
-                    attempt,
-                    node: cx.node(),
-                    host: host_name().to_string(),
-                    executor: cx.executor_index(),
-                    labels,
-                    started: std::time::SystemTime::now(),
-                };
-                cx.send(parent, ShellReport::Started(started));
-                self.progress = Some(Box::new(Progress {
-                    attempt,
-                    announced: attempt,
-                    claimed,
-                    history,
-                    last,
-                }));
-                return Ran::Later;
+            if let (true, Some(parent), true) = (
+                self.report_starts,
+                self.parent,
+                progress.announced < progress.attempt,
+            ) {
+                return self.announce(cx, parent, labels, progress);
             }
-            announced = attempt;
-            let files = match &spec.capture {
-                Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
-                _ => Ok(None),
-            };
-            env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
-            let done = match files {
-                Ok(Some(files)) => {
-                    process::run_once(activity, spec, &env, process::Destination::Files(&files))
-                }
-                Ok(None) if matches!(spec.capture, Capture::Stream { .. }) => {
-                    let id;
-                    let name = match &spec.name {
-                        Some(name) => name.as_str(),
-                        None => {
-                            id = activity.to_string();
-                            &id
-                        }
-                    };
-                    let destination = process::Destination::Stream { name, attempt };
-                    process::run_once(activity, spec, &env, destination)
-                }
-                Ok(None) => {
-                    process::run_once(activity, spec, &env, process::Destination::Unprepared)
-                }
-                Err(reason) => process::Attempt {
-                    outcome: ShellOutcome::StartFailed { reason },
-                    started: std::time::SystemTime::now(),
-                    duration: Default::default(),
-                    cpu: None,
-                    stdout: Output::Discarded,
-                    stderr: Output::Discarded,
-                },
-            };
-            env.pop();
-            if let ShellOutcome::StartFailed { reason } = &done.outcome {
-                // Never started: not an attempt.
-                if reason == process::STOPPING {
-                    return Ran::refused(last, running::Refusal::Stopping);
-                }
-                if reason == process::CANCELLED {
-                    return Ran::refused(last, running::Refusal::Cancelled);
-                }
+            let attempt = progress.attempt;
+            progress.announced = attempt;
+            let done = self.run_attempt(activity, attempt, &mut env);
+            if let Some(refusal) = never_started(&done.outcome) {
+                return Ran::refused(progress.last, refusal);
             }
-            history.push(AttemptRecord {
-                attempt,
-                started: done.started,
-                duration: done.duration,
-                outcome: done.outcome.clone(),
-                cpu: done.cpu,
-                stdout: done.stdout.path().cloned(),
-                stderr: done.stderr.path().cloned(),
-                stdout_bytes: done.stdout.bytes(),
-                stderr_bytes: done.stderr.bytes(),
-                stream: (done.stdout.stream_place())
-                    .or(done.stderr.stream_place())
-                    .cloned(),
-            });
-            let retry = attempt < spec.retry.max_attempts
-                && running::refusal(Some(activity)).is_none()
-                && match (&done.outcome, spec.retry.retry_on) {
-                    (ShellOutcome::Exited { code: 0 }, _) => false,
-                    (_, RetryOn::AnyFailure) => true,
-                    (ShellOutcome::TimedOut { .. } | ShellOutcome::Signalled { .. }, _) => true,
-                    (_, RetryOn::TimeoutOrSignal) => false,
-                };
-            if !retry {
-                return Ran::Done(Box::new(self.result(cx, &labels, done, attempt, history)));
+            progress.history.push(attempt_record(attempt, &done));
+            if !self.retries_after(activity, attempt, &done.outcome) {
+                let result = self.result(cx, &labels, done, attempt, progress.history);
+                return Ran::Done(Box::new(result));
             }
             let outcome = done.outcome.clone();
-            last = Some(self.result(cx, &labels, done, attempt, history.clone()));
-            attempt += 1;
-            let pause = spec.retry.delay_before(attempt);
-            tracing::warn!(
-                activity = %activity,
-                command = %spec.program.describe(),
-                outcome = %outcome,
-                "attempt {} of {} failed; retrying in {pause:?}",
-                attempt - 1,
-                spec.retry.max_attempts
-            );
-            if !running::pause_before_retry(activity, pause) {
-                return Ran::refused(last, running::Refusal::Stopping);
+            let history = progress.history.clone();
+            progress.last = Some(self.result(cx, &labels, done, attempt, history));
+            progress.attempt += 1;
+            if !self.pause_before_retry(activity, progress.attempt, &outcome) {
+                return Ran::refused(progress.last, running::Refusal::Stopping);
             }
         }
+    }
+
+    /// Tells `parent` that attempt `progress.attempt` is about to start,
+    /// once this executor's start is claimed, and asks to be called again
+    /// to run it; without the claim (another activity announced an
+    /// attempt here and has not started it, so that one runs first) it
+    /// only asks to be called again.
+    fn announce(
+        &mut self,
+        cx: &mut ActivityCx<'_>,
+        parent: ActivityId,
+        labels: String,
+        progress: Progress,
+    ) -> Ran {
+        let activity = cx.id();
+        let claimed = running::claim_start((cx.node(), cx.executor_index()));
+        cx.send(activity, CallAgain);
+        if !claimed {
+            self.progress = Some(Box::new(Progress {
+                claimed,
+                ..progress
+            }));
+            return Ran::Later;
+        }
+        let started = ShellStarted {
+            activity,
+            name: self.spec.name.clone(),
+            attempt: progress.attempt,
+            node: cx.node(),
+            host: crate::probe::host_name().to_string(),
+            executor: cx.executor_index(),
+            labels,
+            started: std::time::SystemTime::now(),
+        };
+        cx.send(parent, ShellReport::Started(started));
+        self.progress = Some(Box::new(Progress {
+            announced: progress.attempt,
+            claimed,
+            ..progress
+        }));
+        Ran::Later
+    }
+
+    /// Runs attempt `attempt` once, with `env` and the attempt's number in
+    /// its environment, its output where the spec's capture says.
+    fn run_attempt(
+        &self,
+        activity: ActivityId,
+        attempt: u32,
+        env: &mut Vec<(String, String)>,
+    ) -> process::Attempt {
+        let spec = &self.spec;
+        let files = match &spec.capture {
+            Capture::Files { dir } => output_files(spec, dir, activity, attempt).map(Some),
+            _ => Ok(None),
+        };
+        env.push(("CONSTELLATION_ATTEMPT".to_string(), attempt.to_string()));
+        let done = match files {
+            Ok(Some(files)) => {
+                process::run_once(activity, spec, env, process::Destination::Files(&files))
+            }
+            Ok(None) if matches!(spec.capture, Capture::Stream { .. }) => {
+                let id;
+                let name = match &spec.name {
+                    Some(name) => name.as_str(),
+                    None => {
+                        id = activity.to_string();
+                        &id
+                    }
+                };
+                let destination = process::Destination::Stream { name, attempt };
+                process::run_once(activity, spec, env, destination)
+            }
+            Ok(None) => process::run_once(activity, spec, env, process::Destination::Unprepared),
+            Err(reason) => process::Attempt {
+                outcome: ShellOutcome::StartFailed { reason },
+                started: std::time::SystemTime::now(),
+                duration: Default::default(),
+                cpu: None,
+                stdout: Output::Discarded,
+                stderr: Output::Discarded,
+            },
+        };
+        env.pop();
+        done
+    }
+
+    /// Whether attempt `attempt`, which ended as `outcome`, is followed by
+    /// another: the retry policy allows one, and nothing stopped the work.
+    fn retries_after(&self, activity: ActivityId, attempt: u32, outcome: &ShellOutcome) -> bool {
+        let retry = &self.spec.retry;
+        attempt < retry.max_attempts
+            && running::refusal(Some(activity)).is_none()
+            && match (outcome, retry.retry_on) {
+                (ShellOutcome::Exited { code: 0 }, _) => false,
+                (_, RetryOn::AnyFailure) => true,
+                (ShellOutcome::TimedOut { .. } | ShellOutcome::Signalled { .. }, _) => true,
+                (_, RetryOn::TimeoutOrSignal) => false,
+            }
+    }
+
+    /// Waits as the retry policy says before attempt `next`, the last
+    /// having ended as `outcome`; false if this process stopped starting
+    /// commands meanwhile.
+    fn pause_before_retry(&self, activity: ActivityId, next: u32, outcome: &ShellOutcome) -> bool {
+        let spec = &self.spec;
+        let pause = spec.retry.delay_before(next);
+        tracing::warn!(
+            activity = %activity,
+            command = %spec.program.describe(),
+            outcome = %outcome,
+            "attempt {} of {} failed; retrying in {pause:?}",
+            next - 1,
+            spec.retry.max_attempts
+        );
+        running::pause_before_retry(activity, pause)
     }
 
     /// The result whose last attempt, number `attempt`, ended as `done`.
@@ -414,7 +425,7 @@ impl ShellActivity {
             stderr: done.stderr,
             executor_labels: labels.to_string(),
             node: cx.node(),
-            host: host_name().to_string(),
+            host: crate::probe::host_name().to_string(),
             executor: cx.executor_index(),
             history,
             cancelled,
@@ -463,10 +474,54 @@ impl Ran {
     }
 }
 
-/// This machine's host name, read once.
-fn host_name() -> &'static str {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(crate::probe::hostname)
+/// The environment an executor gives its commands: its resources'
+/// variables, then its index, its `labels` and the `activity`.
+fn executor_env(cx: &ActivityCx<'_>, activity: ActivityId, labels: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = cx
+        .resources()
+        .env()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.push((
+        "CONSTELLATION_EXECUTOR".to_string(),
+        cx.executor_index().to_string(),
+    ));
+    env.push(("CONSTELLATION_LABELS".to_string(), labels.to_string()));
+    env.push(("CONSTELLATION_ACTIVITY".to_string(), activity.to_string()));
+    env
+}
+
+/// Why an attempt that ended as `outcome` never started, if it was
+/// refused: this process stopped starting commands, or the activity's
+/// origin was cancelled. Such an attempt is not counted.
+fn never_started(outcome: &ShellOutcome) -> Option<running::Refusal> {
+    match outcome {
+        ShellOutcome::StartFailed { reason } if reason == process::STOPPING => {
+            Some(running::Refusal::Stopping)
+        }
+        ShellOutcome::StartFailed { reason } if reason == process::CANCELLED => {
+            Some(running::Refusal::Cancelled)
+        }
+        _ => None,
+    }
+}
+
+/// The journal's record of attempt `attempt`, which ended as `done`.
+fn attempt_record(attempt: u32, done: &process::Attempt) -> AttemptRecord {
+    AttemptRecord {
+        attempt,
+        started: done.started,
+        duration: done.duration,
+        outcome: done.outcome.clone(),
+        cpu: done.cpu,
+        stdout: done.stdout.path().cloned(),
+        stderr: done.stderr.path().cloned(),
+        stdout_bytes: done.stdout.bytes(),
+        stderr_bytes: done.stderr.bytes(),
+        stream: (done.stdout.stream_place())
+            .or(done.stderr.stream_place())
+            .cloned(),
+    }
 }
 
 /// Creates the activity's output directory and names the attempt's files:

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use constellation::ActivityId;
 
+use super::exit::wait_for_exit;
 use super::launch::{Launch, Started, Stream};
-use super::output::OutputFiles;
-use super::result::{Output, ShellOutcome};
+use super::output::{FileIdentity, Output, OutputFiles};
+use super::result::ShellOutcome;
 use super::running::Refusal;
 use super::spec::{Capture, ShellSpec};
 use super::stream::{Pump, StreamSink};
-use super::tracking::ProcessTracking;
+use super::tracking::{ProcessTracking, Tracked};
 
 /// Why a command was not started: this process stopped starting commands
 /// ([`super::stop_starting`]).
@@ -105,10 +106,6 @@ fn run_once_to(
     destination: Destination<'_>,
     tracking: &ProcessTracking,
 ) -> Attempt {
-    let files = match destination {
-        Destination::Files(files) => Some(files),
-        _ => None,
-    };
     let started = Instant::now();
     let started_at = SystemTime::now();
     let failed = |reason: String| Attempt {
@@ -125,74 +122,20 @@ fn run_once_to(
         None => {}
     }
     let argv = spec.program.argv();
-    // Started in a process group of its own, so a timeout can kill
-    // everything the command started.
-    let mut command = Launch::new(&argv);
-    command.env.reserve(env.len() + spec.env.len() + 1);
-    for (key, value) in env.iter().map(|(k, v)| (k, v)).chain(&spec.env) {
-        command.env(key, value);
-    }
-    if let Some(dir) = &spec.cwd {
-        if !dir.is_dir() {
-            return failed(format!(
-                "working directory {} does not exist or is not a directory",
-                dir.display()
-            ));
-        }
-        command.cwd = Some(dir.clone());
-    }
-    command.stdin = match &spec.stdin {
-        None => Stream::Null,
-        Some(path) => match File::open(path) {
-            Ok(file) => Stream::File(file),
-            Err(error) => {
-                return failed(format!(
-                    "cannot open standard input {}: {error}",
-                    path.display()
-                ))
-            }
-        },
+    let mut command = match prepare_launch(&argv, spec, env) {
+        Ok(command) => command,
+        Err(reason) => return failed(reason),
     };
-    let tracked = match tracking.track(&mut command) {
+    let tracked = match tracking.track_or_subreaper(&mut command, &argv[0]) {
         Ok(tracked) => tracked,
-        Err(error) => {
-            tracing::warn!(
-                "cannot create a cgroup for {}: {error}; tracking it as a child subreaper instead",
-                argv[0]
-            );
-            match ProcessTracking::Subreaper.track(&mut command) {
-                Ok(tracked) => tracked,
-                Err(error) => return failed(format!("cannot track the command: {error}")),
-            }
-        }
+        Err(error) => return failed(format!("cannot track the command: {error}")),
     };
     // The files are created last, just before the start, so that a check
     // that fails above leaves none behind.
-    let mut created = None;
-    match (&spec.capture, files) {
-        (Capture::Files { .. }, Some(files)) => {
-            let opened = match files.open() {
-                Ok(opened) => opened,
-                Err(error) => {
-                    let folder = files.stdout.parent().unwrap_or(&files.stdout);
-                    return failed(format!(
-                        "cannot create output files in {}: {error}",
-                        folder.display()
-                    ));
-                }
-            };
-            command.stdout = Stream::File(opened.stdout);
-            command.stderr = Stream::File(opened.stderr);
-            created = Some(opened.identities);
-        }
-        (Capture::Memory { .. }, _) => {
-            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
-        }
-        (Capture::Stream { .. }, _) if matches!(destination, Destination::Stream { .. }) => {
-            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
-        }
-        _ => {}
-    }
+    let created = match connect_output(&mut command, spec, &destination) {
+        Ok(created) => created,
+        Err(reason) => return failed(reason),
+    };
     let started_child = super::spawn::retry_busy(|| command.start());
     // The child has copies of the descriptors: closing this process's
     // leaves the command and what it starts as the files' only writers.
@@ -200,7 +143,7 @@ fn run_once_to(
     let mut child = match started_child {
         Ok(child) => child,
         Err(error) => {
-            if let (Some(files), Some(created)) = (files, &created) {
+            if let Some((files, created)) = &created {
                 // Never started, so never wrote: remove the empty files.
                 files.settle(created);
             }
@@ -212,46 +155,199 @@ fn run_once_to(
         // it goes with the others.
         kill_group(&child);
     }
-    let readers = match spec.capture {
-        Capture::Memory { limit } => Some((
-            read_capped(child.stdout.take(), limit),
-            read_capped(child.stderr.take(), limit),
-        )),
-        _ => None,
-    };
-    // Streamed output is moved to the executor's stream file as it comes,
-    // on this thread, while it waits for the exit.
-    let mut pump = match (&spec.capture, destination) {
-        (Capture::Stream { dir }, Destination::Stream { name, attempt }) => Some(Pump::new(
-            child.stdout.take(),
-            child.stderr.take(),
-            StreamSink::new(dir, name, attempt),
-        )),
-        _ => None,
-    };
+    let mut capturing = Capturing::begin(spec, &destination, &mut child, created);
     let deadline = spec.timeout.map(|t| started + t);
-    let exited = match &mut pump {
-        Some(pump) => pump.until_exit(child.id() as libc::pid_t, deadline),
-        None => wait_until_exit(&child, deadline),
+    let exited = capturing.until_exit(&child, deadline);
+    let (mut outcome, cpu) = end_command(&child, exited, tracked, spec.timeout);
+    let (stdout, stderr) = capturing.finish(&mut outcome);
+    Attempt {
+        outcome,
+        started: started_at,
+        duration: started.elapsed(),
+        cpu,
+        stdout,
+        stderr,
+    }
+}
+
+/// The command to start for `spec`, in a process group of its own (so a
+/// timeout can kill everything it started): its arguments `argv`, the
+/// executor's `env` and then the spec's own variables, its working
+/// directory and standard input; or why it cannot start.
+fn prepare_launch(
+    argv: &[String],
+    spec: &ShellSpec,
+    env: &[(String, String)],
+) -> Result<Launch, String> {
+    let mut command = Launch::new(argv);
+    command.env.reserve(env.len() + spec.env.len() + 1);
+    for (key, value) in env.iter().map(|(k, v)| (k, v)).chain(&spec.env) {
+        command.env(key, value);
+    }
+    if let Some(dir) = &spec.cwd {
+        if !dir.is_dir() {
+            return Err(format!(
+                "working directory {} does not exist or is not a directory",
+                dir.display()
+            ));
+        }
+        command.cwd = Some(dir.clone());
+    }
+    command.stdin = match &spec.stdin {
+        None => Stream::Null,
+        Some(path) => match File::open(path) {
+            Ok(file) => Stream::File(file),
+            Err(error) => {
+                return Err(format!(
+                    "cannot open standard input {}: {error}",
+                    path.display()
+                ))
+            }
+        },
     };
+    Ok(command)
+}
+
+/// Points the command's standard output and error where the spec's
+/// capture and `destination` want them: pipes for memory and a stream,
+/// or the destination's files, created now. Returns the files and who
+/// they are when it created them, or why it could not.
+fn connect_output<'a>(
+    command: &mut Launch,
+    spec: &ShellSpec,
+    destination: &Destination<'a>,
+) -> Result<Option<(&'a OutputFiles, [FileIdentity; 2])>, String> {
+    match (&spec.capture, destination) {
+        (Capture::Files { .. }, Destination::Files(files)) => {
+            let opened = match files.open() {
+                Ok(opened) => opened,
+                Err(error) => {
+                    let folder = files.stdout.parent().unwrap_or(&files.stdout);
+                    return Err(format!(
+                        "cannot create output files in {}: {error}",
+                        folder.display()
+                    ));
+                }
+            };
+            command.stdout = Stream::File(opened.stdout);
+            command.stderr = Stream::File(opened.stderr);
+            return Ok(Some((files, opened.identities)));
+        }
+        (Capture::Memory { .. }, _) => {
+            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
+        }
+        (Capture::Stream { .. }, Destination::Stream { .. }) => {
+            (command.stdout, command.stderr) = (Stream::Pipe, Stream::Pipe);
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// How a started command's output is taken in while it runs.
+enum Capturing<'a> {
+    /// Into memory, by a thread per pipe.
+    Memory(Reader, Reader),
+    /// Into the executor's stream file as it comes, on this thread, while
+    /// it waits for the exit.
+    Stream(Pump),
+    /// By the command itself, into these files, created as these
+    /// identities.
+    Files(&'a OutputFiles, [FileIdentity; 2]),
+    /// Not at all.
+    Discarded,
+}
+
+impl<'a> Capturing<'a> {
+    /// Starts taking in the output of `child`, as the spec's capture and
+    /// `destination` say; `created` are the files [`connect_output`] made.
+    fn begin(
+        spec: &ShellSpec,
+        destination: &Destination<'_>,
+        child: &mut Started,
+        created: Option<(&'a OutputFiles, [FileIdentity; 2])>,
+    ) -> Capturing<'a> {
+        match (&spec.capture, destination) {
+            (Capture::Memory { limit }, _) => Capturing::Memory(
+                read_capped(child.stdout.take(), *limit),
+                read_capped(child.stderr.take(), *limit),
+            ),
+            (Capture::Stream { dir }, Destination::Stream { name, attempt }) => {
+                Capturing::Stream(Pump::new(
+                    child.stdout.take(),
+                    child.stderr.take(),
+                    StreamSink::new(dir, name, *attempt),
+                ))
+            }
+            _ => match created {
+                Some((files, created)) => Capturing::Files(files, created),
+                None => Capturing::Discarded,
+            },
+        }
+    }
+
+    /// Waits until `child` exits (true) or `deadline` passes (false),
+    /// without reaping it; a stream is pumped meanwhile.
+    fn until_exit(&mut self, child: &Started, deadline: Option<Instant>) -> io::Result<bool> {
+        match self {
+            Capturing::Stream(pump) => pump.until_exit(child.id() as libc::pid_t, deadline),
+            _ => wait_until_exit(child, deadline),
+        }
+    }
+
+    /// Once everything the command started is dead: where its standard
+    /// output and error ended up. An attempt whose stream could not be
+    /// written fails, whatever the command's `outcome`.
+    fn finish(self, outcome: &mut ShellOutcome) -> (Output, Output) {
+        match self {
+            Capturing::Stream(pump) => {
+                let pumped = pump.finish(DEATH_PATIENCE);
+                let outputs = Output::streamed(&pumped);
+                if let Some(lost) = pumped.lost {
+                    // Its output is gone: the attempt fails, whatever the
+                    // command's status, which the reason keeps.
+                    *outcome = ShellOutcome::OutputLost {
+                        reason: format!("{lost}; the command {outcome}"),
+                    };
+                }
+                outputs
+            }
+            Capturing::Memory(out, err) => (join_reader(out), join_reader(err)),
+            // Everything the command started is dead: nothing writes to the
+            // files any more, so an empty one stays empty.
+            Capturing::Files(files, created) => files.settle(&created),
+            Capturing::Discarded => (Output::Discarded, Output::Discarded),
+        }
+    }
+}
+
+/// Ends the command once its leader has exited (`exited` is true) or
+/// must die: kills everything it started, reaps the leader and says how
+/// the attempt ended, with the command's CPU time where the kernel gave it.
+fn end_command(
+    child: &Started,
+    exited: io::Result<bool>,
+    tracked: Tracked,
+    timeout: Option<Duration>,
+) -> (ShellOutcome, Option<Duration>) {
     // The leader has exited (or must die) but is not reaped yet, so its pid
     // cannot have been reused: killing the group reaches only what the
     // command left behind. What left the group (`setsid`) is found through
     // the command's tracking, also while the leader is unreaped.
-    kill_group(&child);
+    kill_group(child);
     // A leader that timed out was only just sent SIGKILL; what is left is
     // sought once it is dead, when its children have been reparented.
     if !matches!(exited, Ok(true)) {
-        let _ = wait_until_exit(&child, Some(Instant::now() + DEATH_PATIENCE));
+        let _ = wait_until_exit(child, Some(Instant::now() + DEATH_PATIENCE));
     }
     tracked.finish(child.id() as libc::pid_t);
     // Before the reap, which frees the group's id for reuse.
     super::running::unregister(child.pid);
-    let status = reap(&child);
+    let status = reap(child);
     let cpu = status.as_ref().ok().map(|&(_, cpu)| cpu);
-    let mut outcome = match (exited, status.map(|(status, _)| status)) {
+    let outcome = match (exited, status.map(|(status, _)| status)) {
         (Ok(false), _) => ShellOutcome::TimedOut {
-            after: spec.timeout.unwrap_or_default(),
+            after: timeout.unwrap_or_default(),
         },
         (Err(error), _) => ShellOutcome::StartFailed {
             reason: format!("lost track of the process: {error}"),
@@ -261,32 +357,7 @@ fn run_once_to(
             reason: format!("the exit status could not be read: {error}"),
         },
     };
-    let (stdout, stderr) = match (readers, files, &created) {
-        _ if pump.is_some() => {
-            let pumped = pump.expect("a pump").finish(DEATH_PATIENCE);
-            if let Some(lost) = pumped.lost {
-                // Its output is gone: the attempt fails, whatever the
-                // command's status, which the reason keeps.
-                outcome = ShellOutcome::OutputLost {
-                    reason: format!("{lost}; the command {outcome}"),
-                };
-            }
-            (pumped.stdout, pumped.stderr)
-        }
-        (Some((out, err)), _, _) => (join_reader(out), join_reader(err)),
-        // Everything the command started is dead: nothing writes to the
-        // files any more, so an empty one stays empty.
-        (None, Some(files), Some(created)) => files.settle(created),
-        _ => (Output::Discarded, Output::Discarded),
-    };
-    Attempt {
-        outcome,
-        started: started_at,
-        duration: started.elapsed(),
-        cpu,
-        stdout,
-        stderr,
-    }
+    (outcome, cpu)
 }
 
 /// Reaps the exited child with `wait4`, which also reports the CPU time it
@@ -334,103 +405,6 @@ fn describe_spawn_error(program: &str, error: &io::Error) -> String {
 /// if the deadline passed first.
 fn wait_until_exit(child: &Started, deadline: Option<Instant>) -> io::Result<bool> {
     wait_for_exit(child.id() as libc::pid_t, deadline)
-}
-
-/// [`wait_until_exit`] for an unreaped child known by its pid.
-pub(super) fn wait_for_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
-    match PidFd::open(pid) {
-        Some(pidfd) => pidfd.wait(deadline),
-        None => poll_exit(pid, deadline),
-    }
-}
-
-/// A pidfd: a file descriptor that becomes readable when the process
-/// exits, so waiting with a deadline needs no polling (Linux ≥ 5.3).
-struct PidFd(libc::c_int);
-
-impl PidFd {
-    fn open(pid: libc::pid_t) -> Option<PidFd> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        (fd >= 0).then_some(PidFd(fd as libc::c_int))
-    }
-
-    fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        loop {
-            let timeout_ms = match deadline {
-                None => -1,
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    // Round up, so a deadline 0.3 ms away is not a busy loop.
-                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
-                }
-            };
-            let mut poll = libc::pollfd {
-                fd: self.0,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd for the duration of the call.
-            let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
-            match ready {
-                1.. => return Ok(true),
-                0 if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(false),
-                0 => continue,
-                _ => {
-                    let error = io::Error::last_os_error();
-                    if error.kind() != io::ErrorKind::Interrupted {
-                        return Err(error);
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for PidFd {
-    fn drop(&mut self) {
-        // SAFETY: the fd is owned by this value and closed once.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-/// The fallback for kernels without pidfds: ask whether the process has
-/// exited, leaving it unreaped, with waits that grow from 1 ms to 50 ms.
-fn poll_exit(pid: libc::pid_t, deadline: Option<Instant>) -> io::Result<bool> {
-    let mut pause = Duration::from_millis(1);
-    loop {
-        // SAFETY: siginfo_t is plain data; waitid fills it in.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid pid and out-pointer; WNOWAIT leaves the child unreaped.
-        let result = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        if result < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        // SAFETY: after a successful waitid the pid field is initialised;
-        // it stays 0 while the child runs.
-        if unsafe { info.si_pid() } != 0 {
-            return Ok(true);
-        }
-        if let Some(deadline) = deadline {
-            if Instant::now() >= deadline {
-                return Ok(false);
-            }
-            pause = pause.min(deadline.saturating_duration_since(Instant::now()));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
 }
 
 fn kill_group(child: &Started) {

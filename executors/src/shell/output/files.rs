@@ -14,7 +14,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::result::Output;
+use super::Output;
 
 /// Where one attempt's standard output and error go: `stdout` and `stderr`
 /// (`stdout.N` and `stderr.N` for attempt N) in the activity's folder.
