@@ -89,18 +89,6 @@ pub enum Message<B, E> {
     Leaving,
 }
 
-impl<B, E> Message<B, E> {
-    /// The steal request this message is, if it is one: a driver that
-    /// could not deliver it says so with
-    /// [`Node::handle_send_failed`](super::Node::handle_send_failed).
-    pub fn steal_request(&self) -> Option<u64> {
-        match self {
-            Message::Steal { request, .. } => Some(*request),
-            _ => None,
-        }
-    }
-}
-
 /// An activity on its way to another node, never started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Travelling<B> {

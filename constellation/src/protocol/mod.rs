@@ -6,9 +6,9 @@
 //! when a thief dies, where an event goes next, events that come before
 //! their activity, and membership (SWIM, through [`foca`]). It does no I/O
 //! and keeps no clock: like quinn-proto's `Connection`, it is fed messages,
-//! local happenings and the time, and it is polled for what to send
-//! ([`Node::poll_transmit`]), when to wake it ([`Node::poll_timeout`]) and
-//! what its driver must know ([`Node::poll_event`]).
+//! local happenings and the time, and it is polled, one [`Output`] at a time
+//! ([`Node::poll_output`]), for what to send, what its driver must know,
+//! and when to wake it.
 //!
 //! The node's own executors are reached through [`Host`]: the local pool
 //! in production, a simulated node in the simulator.
@@ -25,4 +25,4 @@ mod tests;
 pub(crate) use host::count_contexts;
 pub use host::{Delivery, Export, Host, Routed};
 pub use message::{Envelope, MemberId, MemberInfo, Message, Notice, Travelling};
-pub use node::{Node, NodeEvent, Settings, Stats, Transmit};
+pub use node::{Node, NodeEvent, Output, SendToken, Settings, Stats, Transmit};

@@ -200,7 +200,9 @@ where
             None => {
                 self.stats.lost += 1;
                 tracing::error!(%id, %reason, "activity given up");
-                self.events.push_back(NodeEvent::Lost { id, reason });
+                self.outbound
+                    .events
+                    .push_back(NodeEvent::Lost { id, reason });
             }
         }
     }

@@ -3,8 +3,8 @@
 //!
 //! After every input to a node's [`Node`] the engine [`settle`]s it, as a
 //! production driver does after every input: it starts the calls the core
-//! handed out, sends what [`Node::poll_transmit`] gives, reads
-//! [`Node::poll_event`], and keeps one timer event at [`Node::poll_timeout`].
+//! handed out, sends what [`Node::poll_output`] gives, and keeps one timer
+//! event at its last [`Output::Timeout`].
 //!
 //! [`settle`]: Engine::settle
 
@@ -20,7 +20,7 @@ use super::records::Started;
 use super::{Engine, Ev, SimEnvelope, Time};
 use crate::core::MatchTable;
 use crate::id::{ActivityId, NodeId};
-use crate::protocol::{MemberInfo, Node, NodeEvent, Settings};
+use crate::protocol::{MemberInfo, Node, NodeEvent, Output, SendToken, Settings};
 use crate::sim::model::{Model, NodeSpec};
 use crate::sim::SimError;
 
@@ -231,7 +231,7 @@ impl Engine<'_> {
         let waiting = std::mem::take(&mut state.waiting);
         self.recount_membership();
         for (thief, envelope) in waiting {
-            self.refuse(thief, node, envelope.message.steal_request());
+            self.refuse(thief, node, SendToken::of(&envelope.message));
         }
     }
 
@@ -279,27 +279,30 @@ impl Engine<'_> {
             return;
         };
         let mut transmits = Vec::new();
-        while let Some(transmit) = protocol.poll_transmit() {
-            transmits.push(transmit);
-        }
-        while let Some(event) = protocol.poll_event() {
-            match event {
-                NodeEvent::MembersChanged => {}
-                // Counted by the protocol node (`Stats::lost`).
-                NodeEvent::Lost { .. } => {}
+        let mut wake = None;
+        while let Some(output) = protocol.poll_output() {
+            match output {
+                Output::Transmit(transmit) => transmits.push(transmit),
+                // Members: see above. A master's leaving matters to a
+                // user's handle only. Losses are counted by the protocol
+                // node (`Stats::lost`).
+                Output::Event(NodeEvent::MembersChanged | NodeEvent::MasterLeft) => {}
+                Output::Event(NodeEvent::Lost { .. }) => {}
+                Output::Timeout(at) => wake = Some(at),
             }
         }
         for transmit in transmits {
             self.transmit(node, transmit);
         }
-        self.arm_timer(node);
+        self.arm_timer(node, wake);
         self.note_membership(node);
     }
 
-    /// Keeps one timer event for `node`, at its protocol's next timeout.
-    fn arm_timer(&mut self, node: u32) {
+    /// Keeps one timer event for `node`, at its protocol's next timeout
+    /// `wake`.
+    fn arm_timer(&mut self, node: u32, wake: Option<Instant>) {
         let state = &self.nodes[node as usize];
-        let Some(at) = state.protocol.as_ref().and_then(|p| p.poll_timeout()) else {
+        let Some(at) = wake else {
             self.nodes[node as usize].timer = None;
             return;
         };
