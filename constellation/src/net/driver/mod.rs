@@ -2,7 +2,7 @@
 //!
 //! Every decision between nodes (whom to ask for work, what to hand over,
 //! custody, where an event goes, who is a member) is made by a
-//! [`protocol::Node`]. The driver only carries:
+//! [`protocol::StateMachine`]. The driver only carries:
 //! messages from the swarm and happenings from the executor threads go in,
 //! what the node wants sent goes out as requests, and a timer wakes the
 //! node when it asked to be woken. The local pool is the node's
@@ -35,7 +35,7 @@ use super::message::{
 use super::{NetStats, Node, NodeConfig, NodeError, Shared};
 use crate::id::NodeId;
 use crate::local::{Outgoing, Pool, PoolBuilder, Uplink};
-use crate::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
+use crate::protocol::strategy::{MAX_BACKOFF, MIN_BACKOFF};
 use crate::protocol::{self, MemberInfo, NodeEvent, Output, SendToken, Settings, Transmit};
 use host::PoolHost;
 
@@ -180,9 +180,9 @@ enum InFlight {
     Query(std::sync::mpsc::Sender<Result<Response, String>>),
 }
 
-/// The driver: a [`protocol::Node`], the pool it hosts, and the swarm.
+/// The driver: a [`protocol::StateMachine`], the pool it hosts, and the swarm.
 pub(crate) struct Driver {
-    node: protocol::Node<NetPeer, PoolHost>,
+    node: protocol::StateMachine<NetPeer, PoolHost>,
     host: PoolHost,
     swarm: swarm::Swarm,
     shared: Arc<Shared>,
@@ -231,7 +231,8 @@ impl Driver {
             master: config.master,
             executors: pool.executor_contexts().to_vec(),
         };
-        let node = protocol::Node::new(settings(&config, pool.node()), me.clone(), info, now);
+        let node =
+            protocol::StateMachine::new(settings(&config, pool.node()), me.clone(), info, now);
         let bootstrap = swarm::Bootstrap::dial(
             &mut swarm,
             config.bootstrap.clone(),
@@ -309,7 +310,7 @@ impl Driver {
             Command::Outgoing(items) => {
                 for item in items {
                     match item {
-                        Outgoing::Event(event) => match host::wire_event(&event) {
+                        Outgoing::Event(event) => match WireEvent::try_from(&event) {
                             Ok(event) => self.node.route(event, now, &mut self.host),
                             Err(error) => {
                                 self.unencodable += 1;

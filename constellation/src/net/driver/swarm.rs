@@ -5,7 +5,7 @@
 //! message is a request answered at once with [`Response::Ack`]: the
 //! answer says only that the message arrived, and a request that fails
 //! (no connection, a reset, a timeout) is reported to the node with
-//! [`handle_send_failed`](crate::protocol::Node::handle_send_failed),
+//! [`handle_send_failed`](crate::protocol::StateMachine::handle_send_failed),
 //! with the transmit's token.
 //! Liveness is SWIM's business, inside the node; the driver keeps no ping.
 
@@ -290,7 +290,7 @@ impl Driver {
     }
 
     /// A connection to `peer` was refused or reset: if it is a member, the
-    /// node suspects it at once ([`Node::handle_unreachable`](crate::protocol::Node::handle_unreachable)).
+    /// node suspects it at once ([`StateMachine::handle_unreachable`](crate::protocol::StateMachine::handle_unreachable)).
     fn unreachable(&mut self, peer: PeerId) {
         let text = self.peers.text(peer).to_string();
         let member = (self.node.members())

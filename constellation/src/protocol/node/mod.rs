@@ -1,4 +1,4 @@
-//! [`Node`]: the state machine itself.
+//! [`StateMachine`]: the state machine itself.
 //!
 //! The node is split by concern:
 //! - [`swim`](self::swim): membership: SWIM's packets and timers, hellos,
@@ -27,7 +27,7 @@ use super::custody::Custody;
 use super::host::{Export, Host};
 use super::membership::{swim_config, Swim, SwimEffects, SwimRng};
 use super::message::{Envelope, MemberId, MemberInfo, Message, Notice};
-use super::steal::{Candidate, Strategy, Throttle, WideSteal};
+use super::strategy::{Candidate, Strategy, Throttle, WideSteal};
 use crate::context::ExecutorContext;
 use crate::id::{ActivityId, NodeId};
 
@@ -88,7 +88,7 @@ pub struct Settings {
     pub seed: u64,
 }
 
-/// What a node counts; [`Node::stats`] returns them.
+/// What a node counts; [`StateMachine::stats`] returns them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Steal requests sent.
@@ -112,7 +112,7 @@ pub struct Stats {
     /// Members declared dead.
     pub dead_members: u64,
     /// Connections or frames refused: wrong key, garbage, oversized frames.
-    /// The driver counts these ([`Node::count_refused`]).
+    /// The driver counts these ([`StateMachine::count_refused`]).
     pub refused: u64,
 }
 
@@ -136,7 +136,7 @@ struct Early<E> {
 ///
 /// `P` names peers for the driver (opaque to the node), `H` is the node's
 /// own executors. `P` is bounded here as SWIM's identities need it.
-pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
+pub struct StateMachine<P: Clone + Eq + fmt::Debug, H: Host> {
     settings: Settings,
     /// What this node offers, as its hellos say.
     me: MemberInfo,
@@ -186,13 +186,13 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     leaving: bool,
 }
 
-impl<P, H> fmt::Debug for Node<P, H>
+impl<P, H> fmt::Debug for StateMachine<P, H>
 where
     P: Clone + Eq + fmt::Debug,
     H: Host,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node")
+        f.debug_struct("StateMachine")
             .field("node", &self.settings.node)
             .field("stealing", &self.stealing)
             .field("leaving", &self.leaving)
@@ -201,7 +201,7 @@ where
     }
 }
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
@@ -219,7 +219,7 @@ where
         let swim_rng = SwimRng(StdRng::seed_from_u64(settings.seed ^ 0x5157_494d));
         let swim = Swim::new(id, swim_config(&settings), swim_rng, foca::PostcardCodec);
         let _ = now;
-        Node {
+        StateMachine {
             rng: StdRng::seed_from_u64(settings.seed),
             settings,
             me: info,
@@ -500,7 +500,7 @@ where
     }
 }
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,

@@ -1,16 +1,16 @@
-//! Unit tests of [`Node`]: a few nodes with a tiny fake host, wired by a
+//! Unit tests of [`StateMachine`]: a few nodes with a tiny fake host, wired by a
 //! small harness on virtual time. (The protocol's full message-level
 //! tests live in `protocol/tests`.)
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{Node, NodeEvent, Output, SendToken, Settings};
+use super::{NodeEvent, Output, SendToken, Settings, StateMachine};
 use crate::context::{ContextList, ExecutorContext};
 use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::protocol::host::{Delivery, Export, Host, Routed};
 use crate::protocol::message::{Envelope, MemberInfo, Travelling};
-use crate::protocol::steal::{Strategy, WideSteal};
+use crate::protocol::strategy::{Strategy, WideSteal};
 
 #[derive(Debug, Clone, PartialEq)]
 struct Ping {
@@ -98,7 +98,7 @@ impl Host for FakeHost {
     }
 }
 
-type TestNode = Node<u32, FakeHost>;
+type TestNode = StateMachine<u32, FakeHost>;
 
 fn settings(index: u32) -> Settings {
     Settings {

@@ -1,4 +1,4 @@
-//! A cluster of [`Node`]s on a virtual clock, wired by a fake network: the
+//! A cluster of [`StateMachine`]s on a virtual clock, wired by a fake network: the
 //! shape of quinn-proto's `Pair`, for many nodes.
 //!
 //! Everything happens in one thread, in the order of a queue of timed
@@ -8,14 +8,14 @@
 //! one link may overtake each other, as requests on separate streams do),
 //! drops what crosses a cut link, and answers a message to a dead node
 //! with a send failure after the way back, as a refused connection would
-//! (the sender hears [`Node::handle_send_failed`] and
-//! [`Node::handle_unreachable`]).
+//! (the sender hears [`StateMachine::handle_send_failed`] and
+//! [`StateMachine::handle_unreachable`]).
 //!
 //! After every input to a node, the harness does what a driver does:
-//! drains [`Node::poll_output`], re-arms the node's timer at its last
+//! drains [`StateMachine::poll_output`], re-arms the node's timer at its last
 //! [`Output::Timeout`], starts queued work on idle
 //! executors and, when an executor runs out of work, says so once with
-//! [`Node::handle_idle`] (as the local pool does).
+//! [`StateMachine::handle_idle`] (as the local pool does).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
@@ -28,11 +28,12 @@ use super::fake_host::{FakeEvent, FakeHost, Job};
 use super::{node_id, settings, swim};
 use crate::id::{ActivityId, IdIssuer};
 use crate::protocol::{
-    Delivery, Envelope, MemberInfo, Message, Node, NodeEvent, Notice, Output, SendToken, Settings,
+    Delivery, Envelope, MemberInfo, Message, NodeEvent, Notice, Output, SendToken, Settings,
+    StateMachine,
 };
 
 /// The node under test, as the harness runs it.
-pub(super) type TestNode = Node<u32, FakeHost>;
+pub(super) type TestNode = StateMachine<u32, FakeHost>;
 /// A message as the harness carries it.
 pub(super) type TestEnvelope = Envelope<u32, Job, FakeEvent>;
 
@@ -237,7 +238,7 @@ impl Cluster {
                 };
                 let idle_seen = host.idle_executors();
                 Slot {
-                    node: Node::new(settings, index, info, base),
+                    node: StateMachine::new(settings, index, info, base),
                     host,
                     life: Life::Up,
                     events: Vec::new(),

@@ -1,9 +1,9 @@
 //! The discrete-event loop: virtual time, and per simulated node the real
-//! scheduler core under the real node protocol ([`protocol::Node`]),
+//! scheduler core under the real node protocol ([`protocol::StateMachine`]),
 //! with messages carried over the modelled network.
 //!
 //! The engine decides nothing between nodes. Each node's
-//! [`protocol::Node`] chooses whom to ask for work, what to hand over,
+//! [`protocol::StateMachine`] chooses whom to ask for work, what to hand over,
 //! keeps custody of exports, routes events and runs SWIM membership,
 //! exactly as in production; the engine feeds it the virtual time, the
 //! messages its network delivers and what its executors do, and carries
@@ -17,7 +17,7 @@
 //! - [`network`]: link delays and input transfers.
 //! - [`records`]: attempt records and the final report.
 //!
-//! [`protocol::Node`]: crate::protocol::Node
+//! [`protocol::StateMachine`]: crate::protocol::StateMachine
 
 mod executors;
 mod host;
