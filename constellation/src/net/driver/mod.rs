@@ -354,6 +354,8 @@ impl Driver {
     /// Sends what the node wants sent and passes on what it says; after
     /// every input.
     fn drain(&mut self) {
+        // A round of polling ends with the timeout, if one is set.
+        self.wake = None;
         while let Some(output) = self.node.poll_output() {
             self.on_output(output);
         }

@@ -404,6 +404,7 @@ impl Driver {
                 // answer; the rest goes out as usual.
                 let mut replies = Vec::new();
                 let mut failures = Vec::new();
+                self.wake = None;
                 while let Some(output) = self.node.poll_output() {
                     match output {
                         Output::Transmit(transmit) if transmit.to.id == sender => {
