@@ -20,7 +20,7 @@ use constellation::net::codec::{decode_frame, encode_frame, DEFAULT_MAX_FRAME, P
 use constellation::net::message::{Envelope, NetPeer, Request, Response};
 use constellation::net::transport::build_transport;
 use constellation::net::{Node, NodeConfig, PoolKey};
-use constellation::protocol::{MemberId, Message};
+use constellation::protocol::MemberId;
 use constellation::{NodeId, Pool};
 use constellation_workloads::{fib_sequential, within_limit, Fib};
 use futures::prelude::*;
@@ -403,17 +403,14 @@ fn garbage_frames_fail_and_the_node_still_serves() {
 
         // (c) Well framed but not allowed: the client speaks for a peer it
         // is not.
-        let impostor = Envelope {
-            from: MemberId {
-                node: NodeId::random(),
-                peer: NetPeer {
-                    id: PeerId::random().to_string(),
-                    addrs: vec!["/ip4/127.0.0.1/tcp/9".to_string()],
-                },
-                bump: 0,
+        let impostor = Envelope::leaving(MemberId {
+            node: NodeId::random(),
+            peer: NetPeer {
+                id: PeerId::random().to_string(),
+                addrs: vec!["/ip4/127.0.0.1/tcp/9".to_string()],
             },
-            message: Message::Leaving,
-        };
+            bump: 0,
+        });
         let request = Request::Protocol(Box::new(impostor));
         let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
         match client.send(frame, Duration::ZERO) {

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use clap::Parser;
-use constellation::protocol::steal::Strategy;
+use constellation::protocol::strategy::Strategy;
 use constellation::sim::{
     compare_one, compare_strategies, compare_wide_steal, AnswerCost, ComparisonRow,
     ComparisonSetup, WideSteal,

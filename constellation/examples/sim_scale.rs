@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Parser;
-use constellation::protocol::steal::Strategy;
+use constellation::protocol::strategy::Strategy;
 use constellation::sim::{simulate, ComparisonSetup, WideSteal};
 
 #[derive(Parser)]

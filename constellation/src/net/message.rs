@@ -15,12 +15,12 @@ use crate::protocol;
 /// A request from one node to another.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
-    /// A message of the node protocol ([`protocol::Message`]), with its
+    /// A message of the node protocol ([`protocol::Envelope`]), with its
     /// sender. Answered once it arrived, with [`Response::Ack`], or with
     /// [`Response::Reply`] when the receiver answers it at once; with
     /// [`Response::Refused`] if the sender is not who it says it is. The
     /// answer is the transport's: what the message means, the receiving
-    /// [`protocol::Node`] decides.
+    /// [`protocol::StateMachine`] decides.
     Protocol(Box<Envelope>),
     /// "How are you doing?": answered with [`Response::Status`].
     Status,
@@ -66,7 +66,7 @@ pub type Envelope = protocol::Envelope<NetPeer, PackedActivity, WireEvent>;
 /// How the network names a member: its libp2p peer id and the addresses it
 /// listens on, so that any member that hears of it can dial it.
 ///
-/// This is the node protocol's peer key (`P` of [`protocol::Node`]).
+/// This is the node protocol's peer key (`P` of [`protocol::StateMachine`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NetPeer {
     /// Its libp2p peer id, as text.
@@ -148,17 +148,8 @@ pub struct Member {
     pub executors: Vec<ExecutorContext>,
 }
 
-/// An event crossing the network.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireEvent {
-    /// The sender.
-    pub source: ActivityId,
-    /// The receiver.
-    pub target: ActivityId,
-    /// The payload, MessagePack.
-    #[serde(with = "serde_bytes")]
-    pub payload: Vec<u8>,
-}
+/// An event crossing the network: the crate's one wire form of an event.
+pub use crate::event::WireEvent;
 
 impl protocol::Routed for WireEvent {
     fn source(&self) -> ActivityId {

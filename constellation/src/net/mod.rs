@@ -28,7 +28,7 @@
 //!
 //! # The node protocol
 //! Everything between nodes is decided by one sans-IO state machine,
-//! [`protocol::Node`](crate::protocol::Node), the same one the simulator
+//! [`protocol::StateMachine`](crate::protocol::StateMachine), the same one the simulator
 //! runs; the driver thread only carries its messages over libp2p, feeds it
 //! the time, and hosts it on the local pool. What follows is what that
 //! protocol does; its module says how.
@@ -97,7 +97,7 @@ use crate::id::{ActivityId, NodeId};
 use crate::local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
 use message::{Request, Response};
 
-pub use crate::protocol::steal::{Strategy, WideSteal};
+pub use crate::protocol::strategy::{Strategy, WideSteal};
 /// What a node counts: the node protocol's counters, with the frames and
 /// connections the driver refused.
 pub use crate::protocol::Stats as NetStats;

@@ -1,4 +1,4 @@
-//! What a [`Node`](super::Node) asks of the node's own executors: the
+//! What a [`StateMachine`](super::StateMachine) asks of the node's own executors: the
 //! local pool in production, a simulated node in the simulator.
 //!
 //! The node decides *what* moves between nodes and when; the host only

@@ -1,5 +1,8 @@
 //! What nodes say to each other: the messages of the node protocol.
 //!
+//! [`Message`] is the crate's own: outside it, a message is an opaque part
+//! of an [`Envelope`], which the network codec carries as it is.
+//!
 //! Messages are generic over how an activity in transit is packed (`B`)
 //! and over an event in transit (`E`): the network driver carries encoded
 //! bytes, the simulator carries its own plain values. Peers are named by
@@ -26,7 +29,7 @@ pub struct MemberId<P> {
     pub bump: u16,
 }
 
-/// What a member offers and where it sits: exchanged in [`Message::Hello`].
+/// What a member offers and where it sits: exchanged in hellos.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemberInfo {
     /// Its site, for hierarchical stealing.
@@ -46,13 +49,25 @@ pub struct Envelope<P, B, E> {
     /// The sender.
     pub from: MemberId<P>,
     /// What it says.
-    pub message: Message<B, E>,
+    pub(crate) message: Message<B, E>,
+}
+
+impl<P, B, E> Envelope<P, B, E> {
+    /// A goodbye from `from`: the message a node sends each member as it
+    /// leaves the pool. The one message outsiders can make, for tests of
+    /// a transport that must refuse a message sent in another peer's name.
+    pub fn leaving(from: MemberId<P>) -> Self {
+        Envelope {
+            from,
+            message: Message::Leaving,
+        }
+    }
 }
 
 /// One message of the node protocol. Every message is one-way; a steal
 /// request and its loot are paired by `request`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Message<B, E> {
+pub(crate) enum Message<B, E> {
     /// A SWIM packet, as foca wrote it: probes, acks, and membership gossip.
     Swim(#[serde(with = "serde_bytes")] Vec<u8>),
     /// "This is what I offer." Sent to each member on meeting it; `answer`
@@ -89,18 +104,6 @@ pub enum Message<B, E> {
     Leaving,
 }
 
-impl<B, E> Message<B, E> {
-    /// The steal request this message is, if it is one: a driver that
-    /// could not deliver it says so with
-    /// [`Node::handle_send_failed`](super::Node::handle_send_failed).
-    pub fn steal_request(&self) -> Option<u64> {
-        match self {
-            Message::Steal { request, .. } => Some(*request),
-            _ => None,
-        }
-    }
-}
-
 /// An activity on its way to another node, never started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Travelling<B> {
@@ -116,7 +119,7 @@ pub struct Travelling<B> {
 
 /// One item of a [`Message::Notices`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Notice<E> {
+pub(crate) enum Notice<E> {
     /// An event for an activity the receiver holds or knows the way to.
     Event(E),
     /// An activity the receiver exported (directly, or through a chain of

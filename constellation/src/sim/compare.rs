@@ -10,7 +10,7 @@ use super::report::SimReport;
 use super::workload::{ActivitySpec, Kind, Workload};
 use super::{simulate, SimError};
 use crate::context::{Context, ContextList, ExecutorContext};
-use crate::protocol::steal::{Strategy, WideSteal};
+use crate::protocol::strategy::{Strategy, WideSteal};
 
 /// A pool and a bag of work to compare the strategies on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

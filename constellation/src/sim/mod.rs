@@ -5,7 +5,7 @@
 //! Only time and the network are simulated. Each simulated node runs the
 //! same [`Scheduler`](crate::core::Scheduler) as the local and net drivers,
 //! with all its executors, under the same node protocol,
-//! [`protocol::Node`](crate::protocol::Node): it decides whom to ask for
+//! [`protocol::StateMachine`](crate::protocol::StateMachine): it decides whom to ask for
 //! work and how much (master-worker, random, hierarchical), hands over up
 //! to half of its queued work per reply, keeps custody of what it handed
 //! out and queues it again (with a higher attempt number, up to
@@ -61,7 +61,7 @@ mod model;
 mod report;
 mod workload;
 
-pub use crate::protocol::steal::WideSteal;
+pub use crate::protocol::strategy::WideSteal;
 pub use compare::{
     compare_one, compare_strategies, compare_wide_steal, ComparisonRow, ComparisonSetup,
 };

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use crate::context::ExecutorContext;
-use crate::protocol::steal::{Strategy, WideSteal};
+use crate::protocol::strategy::{Strategy, WideSteal};
 
 /// A network link: a fixed latency plus a transfer time.
 ///
@@ -281,8 +281,8 @@ pub struct Model {
     pub message_bytes: u64,
     /// Seconds an idle executor group pauses after a full round of empty
     /// steal replies, first and at most; it doubles in between. The net
-    /// driver's [`MIN_BACKOFF`](crate::protocol::steal::MIN_BACKOFF) and
-    /// [`MAX_BACKOFF`](crate::protocol::steal::MAX_BACKOFF) by default.
+    /// driver's [`MIN_BACKOFF`](crate::protocol::strategy::MIN_BACKOFF) and
+    /// [`MAX_BACKOFF`](crate::protocol::strategy::MAX_BACKOFF) by default.
     #[serde(default = "default_backoff")]
     pub steal_backoff: (f64, f64),
     /// Whether a node keeps the input data it fetched, so that later
@@ -297,7 +297,7 @@ fn default_probe_period() -> f64 {
 }
 
 fn default_backoff() -> (f64, f64) {
-    use crate::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
+    use crate::protocol::strategy::{MAX_BACKOFF, MIN_BACKOFF};
     (MIN_BACKOFF.as_secs_f64(), MAX_BACKOFF.as_secs_f64())
 }
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::id::ActivityId;
-use crate::protocol::steal::Strategy;
+use crate::protocol::strategy::Strategy;
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

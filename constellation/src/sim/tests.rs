@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::context::{Context, ContextList, ExecutorContext};
-use crate::protocol::steal::Strategy;
+use crate::protocol::strategy::Strategy;
 
 fn anywhere() -> ExecutorContext {
     ExecutorContext::anywhere()

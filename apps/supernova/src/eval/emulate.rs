@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use constellation::collect::MultiEventCollector;
 use constellation::net::{Multiaddr, Node, NodeConfig};
-use constellation::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
+use constellation::protocol::strategy::{MAX_BACKOFF, MIN_BACKOFF};
 use constellation::sim::{ExecutorSpec, Model, NodeSpec, Site, Workload};
 use constellation::{
     Activity, ActivityCx, ActivityId, Context, ContextList, Event, ExecutorContext, Step,

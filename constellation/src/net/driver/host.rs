@@ -1,13 +1,13 @@
 //! The local pool as the node protocol's [`Host`]: it packs activities for
 //! the wire and unpacks them, and delivers events, when the
-//! [`protocol::Node`](crate::protocol::Node) says so.
+//! [`protocol::StateMachine`](crate::protocol::StateMachine) says so.
 
 use std::sync::Arc;
 
 use crate::activity::Activity;
 use crate::context::ExecutorContext;
 use crate::core::{Place, Stolen};
-use crate::event::{Event, Payload, PayloadError};
+use crate::event::Event;
 use crate::id::ActivityId;
 use crate::local::{Arrival, Pool, OFF_NODE};
 use crate::net::message::{PackedActivity, WireEvent};
@@ -168,14 +168,14 @@ impl Host for PoolHost {
     }
 
     fn deliver(&mut self, event: WireEvent) -> Delivery<WireEvent> {
-        match self.pool.deliver_from_network(local_event(event)) {
+        match self.pool.deliver_from_network(Event::from(event)) {
             Arrival::Delivered => Delivery::Delivered,
             Arrival::Gone(undeliverable) => {
                 // The node logs the loss and counts it; this says why.
                 tracing::debug!(%undeliverable, "its target is gone");
                 Delivery::Gone
             }
-            Arrival::Away(event) => match wire_event(&event) {
+            Arrival::Away(event) => match WireEvent::try_from(&event) {
                 Ok(event) => Delivery::Away(event),
                 Err(error) => {
                     // It came from the network, so its payload is encoded
@@ -184,7 +184,7 @@ impl Host for PoolHost {
                     Delivery::Gone
                 }
             },
-            Arrival::Unknown(event) => match wire_event(&event) {
+            Arrival::Unknown(event) => match WireEvent::try_from(&event) {
                 Ok(event) => Delivery::Unknown(event),
                 Err(error) => {
                     tracing::warn!(source = %event.source, target = %event.target, %error, "event lost: its payload cannot be encoded");
@@ -199,7 +199,7 @@ impl Host for PoolHost {
 fn pack(activity: &Stolen<Box<dyn Activity>>) -> Result<PackedActivity, String> {
     let state = encode_activity(&*activity.body).map_err(|error| error.to_string())?;
     let pending = (activity.pending.iter())
-        .map(wire_event)
+        .map(WireEvent::try_from)
         .collect::<Result<_, _>>()
         .map_err(|error| format!("an event waiting for it: {error}"))?;
     Ok(PackedActivity { state, pending })
@@ -217,26 +217,7 @@ fn unpack(
         body: decode_activity(&body.state)?,
         contexts,
         stealable,
-        pending: body.pending.iter().cloned().map(local_event).collect(),
+        pending: body.pending.iter().cloned().map(Event::from).collect(),
         trail: Vec::new(),
     })
-}
-
-/// An event as it crosses the network: its payload encoded.
-pub(crate) fn wire_event(event: &Event) -> Result<WireEvent, PayloadError> {
-    Ok(WireEvent {
-        source: event.source,
-        target: event.target,
-        payload: event.payload.encode()?,
-    })
-}
-
-/// An event off the network, for the pool; its payload is decoded when
-/// its activity takes it.
-pub(crate) fn local_event(wire: WireEvent) -> Event {
-    Event {
-        source: wire.source,
-        target: wire.target,
-        payload: Payload::from_encoded(wire.payload),
-    }
 }

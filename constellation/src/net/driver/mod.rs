@@ -2,7 +2,7 @@
 //!
 //! Every decision between nodes (whom to ask for work, what to hand over,
 //! custody, where an event goes, who is a member) is made by a
-//! [`protocol::Node`]. The driver only carries:
+//! [`protocol::StateMachine`]. The driver only carries:
 //! messages from the swarm and happenings from the executor threads go in,
 //! what the node wants sent goes out as requests, and a timer wakes the
 //! node when it asked to be woken. The local pool is the node's
@@ -17,10 +17,8 @@
 mod admin;
 mod host;
 mod swarm;
-#[cfg(test)]
-mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,8 +35,8 @@ use super::message::{
 use super::{NetStats, Node, NodeConfig, NodeError, Shared};
 use crate::id::NodeId;
 use crate::local::{Outgoing, Pool, PoolBuilder, Uplink};
-use crate::protocol::steal::{MAX_BACKOFF, MIN_BACKOFF};
-use crate::protocol::{self, MemberInfo, Settings, Transmit};
+use crate::protocol::strategy::{MAX_BACKOFF, MIN_BACKOFF};
+use crate::protocol::{self, MemberInfo, NodeEvent, Output, SendToken, Settings, Transmit};
 use host::PoolHost;
 
 /// What executor threads and the node handle ask of the driver.
@@ -172,21 +170,19 @@ enum InFlight {
     /// A node protocol message; if it fails, the node hears so.
     Protocol {
         to: NetPeer,
-        /// The steal request it carries, if it is one.
-        steal: Option<u64>,
-        /// Whether a leaving node waits for it: everything but SWIM
-        /// packets, which are best-effort by design. Notices carry the
-        /// last `Finished` news, and an exporter that never hears it runs
-        /// the work again.
+        /// What the node needs back if it fails.
+        token: SendToken,
+        /// Whether a leaving node waits for it
+        /// ([`Transmit::must_arrive`]).
         awaited: bool,
     },
     /// A question from the node handle ([`Command::Ask`]).
     Query(std::sync::mpsc::Sender<Result<Response, String>>),
 }
 
-/// The driver: a [`protocol::Node`], the pool it hosts, and the swarm.
+/// The driver: a [`protocol::StateMachine`], the pool it hosts, and the swarm.
 pub(crate) struct Driver {
-    node: protocol::Node<NetPeer, PoolHost>,
+    node: protocol::StateMachine<NetPeer, PoolHost>,
     host: PoolHost,
     swarm: swarm::Swarm,
     shared: Arc<Shared>,
@@ -197,11 +193,12 @@ pub(crate) struct Driver {
     in_flight: HashMap<OutboundRequestId, InFlight>,
     /// Messages that ride on answers not yet sent, per request answered:
     /// if the answer is lost, the node hears that they failed.
-    replies: HashMap<InboundRequestId, Vec<(NetPeer, Option<u64>)>>,
+    replies: HashMap<InboundRequestId, Vec<(NetPeer, SendToken)>>,
     bootstrap: swarm::Bootstrap,
-    /// The members ever seen as masters: a `Leaving` from one of them
-    /// means the pool node was stopped on purpose.
-    masters: HashSet<NodeId>,
+    /// When the node wants to be woken, as its last output said.
+    wake: Option<Instant>,
+    /// The node said its members changed since the last [`Driver::drain`].
+    members_changed: bool,
     peers: swarm::PeerIds,
     /// The driver's own inbox, for answers that app handlers give on other
     /// threads ([`Command::AppAnswered`]).
@@ -234,7 +231,8 @@ impl Driver {
             master: config.master,
             executors: pool.executor_contexts().to_vec(),
         };
-        let node = protocol::Node::new(settings(&config, pool.node()), me.clone(), info, now);
+        let node =
+            protocol::StateMachine::new(settings(&config, pool.node()), me.clone(), info, now);
         let bootstrap = swarm::Bootstrap::dial(
             &mut swarm,
             config.bootstrap.clone(),
@@ -255,7 +253,8 @@ impl Driver {
             in_flight: HashMap::new(),
             replies: HashMap::new(),
             bootstrap,
-            masters: HashSet::new(),
+            wake: None,
+            members_changed: false,
             peers: swarm::PeerIds::default(),
             to_itself,
             unencodable: 0,
@@ -275,8 +274,9 @@ impl Driver {
 
     async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+        self.drain();
         'run: loop {
-            let wake = self.node.poll_timeout();
+            let wake = self.wake;
             tokio::select! {
                 // Inbound first: on a starved node, the acks and refutations
                 // waiting for it must count before its own suspicion timers
@@ -310,7 +310,7 @@ impl Driver {
             Command::Outgoing(items) => {
                 for item in items {
                     match item {
-                        Outgoing::Event(event) => match host::wire_event(&event) {
+                        Outgoing::Event(event) => match WireEvent::try_from(&event) {
                             Ok(event) => self.node.route(event, now, &mut self.host),
                             Err(error) => {
                                 self.unencodable += 1;
@@ -354,46 +354,40 @@ impl Driver {
     /// Sends what the node wants sent and passes on what it says; after
     /// every input.
     fn drain(&mut self) {
-        for transmit in self.poll_transmits() {
-            self.transmit(transmit);
-        }
-        let mut members_changed = false;
-        while let Some(event) = self.node.poll_event() {
-            match event {
-                protocol::NodeEvent::MembersChanged => members_changed = true,
-                // The node has logged it.
-                protocol::NodeEvent::Lost { id, reason } => {
-                    self.shared.lost.lock().push((id, reason))
-                }
-            }
+        // A round of polling ends with the timeout, if one is set.
+        self.wake = None;
+        while let Some(output) = self.node.poll_output() {
+            self.on_output(output);
         }
         // Given up by the host itself: it logged them.
         let given_up = self.host.take_given_up();
         if !given_up.is_empty() {
             self.shared.lost.lock().extend(given_up);
         }
-        if members_changed {
-            self.note_masters();
+        if std::mem::take(&mut self.members_changed) {
+            // A master left, and one is a member again: a pool node
+            // restarted.
+            if self.master_known() {
+                self.shared.master_left.store(false, Ordering::SeqCst);
+            }
             self.publish_members();
         }
         self.publish_stats();
     }
 
-    /// Everything the node wants sent, in order, with the notices for one
-    /// peer joined as [`join_notices`] says.
-    fn poll_transmits(&mut self) -> Vec<NetTransmit> {
-        join_notices(std::iter::from_fn(|| self.node.poll_transmit()))
-    }
-
-    /// Remembers the masters among the members, and forgets that a master
-    /// left once one is a member again (a pool node restarted).
-    fn note_masters(&mut self) {
-        let masters = (self.node.members())
-            .filter(|(_, info)| info.master)
-            .map(|(id, _)| id.node);
-        self.masters.extend(masters);
-        if self.master_known() {
-            self.shared.master_left.store(false, Ordering::SeqCst);
+    /// Carries out one output of the node.
+    fn on_output(&mut self, output: Output<NetPeer, PackedActivity, WireEvent>) {
+        match output {
+            Output::Transmit(transmit) => self.transmit(transmit),
+            Output::Event(NodeEvent::MembersChanged) => self.members_changed = true,
+            Output::Event(NodeEvent::MasterLeft) => {
+                self.shared.master_left.store(true, Ordering::SeqCst);
+            }
+            // The node has logged it.
+            Output::Event(NodeEvent::Lost { id, reason }) => {
+                self.shared.lost.lock().push((id, reason))
+            }
+            Output::Timeout(at) => self.wake = Some(at),
         }
     }
 
@@ -529,43 +523,3 @@ async fn sleep_until(at: Option<Instant>) {
 
 /// A message of the node for the network.
 type NetTransmit = Transmit<NetPeer, PackedActivity, WireEvent>;
-
-/// `transmits` in order, with the notices for one peer that follow each
-/// other (no other message for that peer between them) joined into one
-/// message.
-///
-/// The node joins the notices of one input; the driver hands it several
-/// inputs at once (one per item of an executor call, and whatever else
-/// waited in the channel). An activity's last events and the news that it
-/// finished must travel together: if its node dies in between, the
-/// exporter that got the events but not the news runs it again, and its
-/// results arrive twice. (`killing_a_worker_mid_run_...` in tests/net.rs
-/// saw that once in 13 runs before they were joined.)
-fn join_notices(transmits: impl Iterator<Item = NetTransmit>) -> Vec<NetTransmit> {
-    let mut joined: Vec<NetTransmit> = Vec::new();
-    // Per peer, the notices message that later notices may join.
-    let mut open: HashMap<String, usize> = HashMap::new();
-    for Transmit { to, envelope } in transmits {
-        let protocol::Envelope { from, message } = envelope;
-        let protocol::Message::Notices(notices) = message else {
-            open.remove(&to.id);
-            let envelope = protocol::Envelope { from, message };
-            joined.push(Transmit { to, envelope });
-            continue;
-        };
-        if let Some(&at) = open.get(&to.id) {
-            let earlier = &mut joined[at].envelope;
-            if let (true, protocol::Message::Notices(batch)) =
-                (earlier.from == from, &mut earlier.message)
-            {
-                batch.extend(notices);
-                continue;
-            }
-        }
-        open.insert(to.id.clone(), joined.len());
-        let message = protocol::Message::Notices(notices);
-        let envelope = protocol::Envelope { from, message };
-        joined.push(Transmit { to, envelope });
-    }
-    joined
-}

@@ -5,7 +5,8 @@
 //! message is a request answered at once with [`Response::Ack`]: the
 //! answer says only that the message arrived, and a request that fails
 //! (no connection, a reset, a timeout) is reported to the node with
-//! [`handle_send_failed`](crate::protocol::Node::handle_send_failed).
+//! [`handle_send_failed`](crate::protocol::StateMachine::handle_send_failed),
+//! with the transmit's token.
 //! Liveness is SWIM's business, inside the node; the driver keeps no ping.
 
 use std::collections::HashMap;
@@ -24,7 +25,7 @@ use crate::net::codec::{FrameCodec, PROTOCOL};
 use crate::net::join::{classify, dial_failure, with_causes};
 use crate::net::message::{Envelope, NetPeer, Request, Response};
 use crate::net::{JoinFailure, JoinProblem, NodeConfig, NodeError};
-use crate::protocol::Transmit;
+use crate::protocol::{Output, Transmit};
 
 /// The swarm: request-response with the frame codec, nothing else.
 pub(crate) type Swarm = libp2p::Swarm<request_response::Behaviour<FrameCodec>>;
@@ -289,7 +290,7 @@ impl Driver {
     }
 
     /// A connection to `peer` was refused or reset: if it is a member, the
-    /// node suspects it at once ([`Node::handle_unreachable`](crate::protocol::Node::handle_unreachable)).
+    /// node suspects it at once ([`StateMachine::handle_unreachable`](crate::protocol::StateMachine::handle_unreachable)).
     fn unreachable(&mut self, peer: PeerId) {
         let text = self.peers.text(peer).to_string();
         let member = (self.node.members())
@@ -317,7 +318,7 @@ impl Driver {
                     Some(InFlight::Query(reply)) => {
                         let _ = reply.send(Ok(response));
                     }
-                    Some(InFlight::Protocol { to, steal, .. }) => match response {
+                    Some(InFlight::Protocol { to, token, .. }) => match response {
                         Response::Ack => {}
                         Response::Reply(envelopes) => {
                             for envelope in envelopes {
@@ -327,7 +328,7 @@ impl Driver {
                         other => {
                             tracing::debug!(%peer, response = ?other, "a member refused a message");
                             self.node
-                                .handle_send_failed(&to, steal, now, &mut self.host);
+                                .handle_send_failed(&to, token, now, &mut self.host);
                         }
                     },
                     None => {}
@@ -344,9 +345,9 @@ impl Driver {
                     Some(InFlight::Query(reply)) => {
                         let _ = reply.send(Err(error.to_string()));
                     }
-                    Some(InFlight::Protocol { to, steal, .. }) => {
+                    Some(InFlight::Protocol { to, token, .. }) => {
                         self.node
-                            .handle_send_failed(&to, steal, now, &mut self.host);
+                            .handle_send_failed(&to, token, now, &mut self.host);
                     }
                     None => {}
                 }
@@ -358,9 +359,9 @@ impl Driver {
                 ..
             } => {
                 // Replies that rode on the answer are lost with it.
-                for (to, steal) in self.replies.remove(&request_id).unwrap_or_default() {
+                for (to, token) in self.replies.remove(&request_id).unwrap_or_default() {
                     self.node
-                        .handle_send_failed(&to, steal, now, &mut self.host);
+                        .handle_send_failed(&to, token, now, &mut self.host);
                 }
                 // A frame we could not read: garbage, too large, or a codec
                 // mismatch. The peer is cut off; this node carries on.
@@ -403,12 +404,14 @@ impl Driver {
                 // answer; the rest goes out as usual.
                 let mut replies = Vec::new();
                 let mut failures = Vec::new();
-                for transmit in self.poll_transmits() {
-                    if transmit.to.id == sender {
-                        failures.push((transmit.to, transmit.envelope.message.steal_request()));
-                        replies.push(transmit.envelope);
-                    } else {
-                        self.transmit(transmit);
+                self.wake = None;
+                while let Some(output) = self.node.poll_output() {
+                    match output {
+                        Output::Transmit(transmit) if transmit.to.id == sender => {
+                            failures.push((transmit.to, transmit.token));
+                            replies.push(transmit.envelope);
+                        }
+                        other => self.on_output(other),
                     }
                 }
                 if replies.is_empty() {
@@ -469,11 +472,6 @@ impl Driver {
             self.node.count_refused();
             return false;
         }
-        let leaving = matches!(envelope.message, crate::protocol::Message::Leaving);
-        if leaving && self.masters.contains(&envelope.from.node) {
-            tracing::info!(%peer, "the master leaves the pool");
-            (self.shared.master_left).store(true, std::sync::atomic::Ordering::SeqCst);
-        }
         self.node.handle_message(envelope, now, &mut self.host);
         true
     }
@@ -492,18 +490,21 @@ impl Driver {
     /// Sends one message of the node, dialling its peer at the addresses
     /// it announced if there is no connection.
     pub(super) fn transmit(&mut self, transmit: super::NetTransmit) {
-        let Transmit { to, envelope } = transmit;
-        let steal = envelope.message.steal_request();
-        let awaited = !matches!(envelope.message, crate::protocol::Message::Swim(_));
+        let awaited = transmit.must_arrive();
+        let Transmit {
+            to,
+            envelope,
+            token,
+        } = transmit;
         let Some(peer) = self.peers.parse(&to.id) else {
             tracing::warn!(peer = %to.id, "a member has an unreadable peer id");
             self.node
-                .handle_send_failed(&to, steal, Instant::now(), &mut self.host);
+                .handle_send_failed(&to, token, Instant::now(), &mut self.host);
             return;
         };
         let request = Request::Protocol(Box::new(envelope));
         let id = self.request(peer, &to, request);
-        let in_flight = InFlight::Protocol { to, steal, awaited };
+        let in_flight = InFlight::Protocol { to, token, awaited };
         self.in_flight.insert(id, in_flight);
     }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Kept, Node};
+use super::{Kept, StateMachine};
 use crate::id::{ActivityId, NodeId};
 use crate::protocol::custody;
 use crate::protocol::host::Host;
@@ -59,7 +59,7 @@ impl Lapse {
     }
 }
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
@@ -200,7 +200,9 @@ where
             None => {
                 self.stats.lost += 1;
                 tracing::error!(%id, %reason, "activity given up");
-                self.events.push_back(NodeEvent::Lost { id, reason });
+                self.outbound
+                    .events
+                    .push_back(NodeEvent::Lost { id, reason });
             }
         }
     }

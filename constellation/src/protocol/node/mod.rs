@@ -1,4 +1,4 @@
-//! [`Node`]: the state machine itself.
+//! [`StateMachine`]: the state machine itself.
 //!
 //! The node is split by concern:
 //! - [`swim`](self::swim): membership: SWIM's packets and timers, hellos,
@@ -12,14 +12,14 @@
 //! - [`roster`](self::roster) and [`timers`](self::timers): the members
 //!   known, and the one timer queue.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -27,11 +27,12 @@ use super::custody::Custody;
 use super::host::{Export, Host};
 use super::membership::{swim_config, Swim, SwimEffects, SwimRng};
 use super::message::{Envelope, MemberId, MemberInfo, Message, Notice};
-use super::steal::{Candidate, Strategy, Throttle, WideSteal};
+use super::strategy::{Candidate, Strategy, Throttle, WideSteal};
 use crate::context::ExecutorContext;
 use crate::id::{ActivityId, NodeId};
 
 mod handover;
+mod output;
 mod roster;
 mod routing;
 mod stealing;
@@ -40,6 +41,8 @@ mod swim;
 mod tests;
 mod timers;
 
+use output::Outbound;
+pub use output::{NodeEvent, Output, SendToken, Transmit};
 use roster::Roster;
 use timers::{Due, Timers};
 
@@ -85,7 +88,7 @@ pub struct Settings {
     pub seed: u64,
 }
 
-/// What a node counts; [`Node::stats`] returns them.
+/// What a node counts; [`StateMachine::stats`] returns them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Steal requests sent.
@@ -109,32 +112,8 @@ pub struct Stats {
     /// Members declared dead.
     pub dead_members: u64,
     /// Connections or frames refused: wrong key, garbage, oversized frames.
-    /// The driver counts these ([`Node::count_refused`]).
+    /// The driver counts these ([`StateMachine::count_refused`]).
     pub refused: u64,
-}
-
-/// A message for the driver to send.
-#[derive(Debug)]
-pub struct Transmit<P, B, E> {
-    /// Whom to send it to.
-    pub to: P,
-    /// The message, with this node as its sender.
-    pub envelope: Envelope<P, B, E>,
-}
-
-/// What the driver must know.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeEvent {
-    /// The members, or what they offer, changed: read [`Node::members`].
-    MembersChanged,
-    /// An activity was given up: the nodes running it died too often, or
-    /// it may not run again.
-    Lost {
-        /// The activity.
-        id: ActivityId,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// What an exporter keeps of an activity it handed over, until it hears
@@ -157,7 +136,7 @@ struct Early<E> {
 ///
 /// `P` names peers for the driver (opaque to the node), `H` is the node's
 /// own executors. `P` is bounded here as SWIM's identities need it.
-pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
+pub struct StateMachine<P: Clone + Eq + fmt::Debug, H: Host> {
     settings: Settings,
     /// What this node offers, as its hellos say.
     me: MemberInfo,
@@ -187,8 +166,12 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     /// Notices waiting to go out, per destination; flushed at the end of
     /// each input, in node order so a simulation replays exactly.
     outbox: BTreeMap<NodeId, Vec<Notice<H::Event>>>,
-    transmits: VecDeque<Transmit<P, H::Body, H::Event>>,
-    events: VecDeque<NodeEvent>,
+    /// What the driver is to send and know, polled with
+    /// [`poll_output`](Self::poll_output).
+    outbound: Outbound<P, H::Body, H::Event>,
+    /// The members ever seen usable as masters: a `Leaving` from one of
+    /// them is [`NodeEvent::MasterLeft`].
+    masters: FxHashSet<NodeId>,
     /// The usable members or their offers changed during this input.
     members_changed: bool,
     timers: Timers<P>,
@@ -203,13 +186,13 @@ pub struct Node<P: Clone + Eq + fmt::Debug, H: Host> {
     leaving: bool,
 }
 
-impl<P, H> fmt::Debug for Node<P, H>
+impl<P, H> fmt::Debug for StateMachine<P, H>
 where
     P: Clone + Eq + fmt::Debug,
     H: Host,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node")
+        f.debug_struct("StateMachine")
             .field("node", &self.settings.node)
             .field("stealing", &self.stealing)
             .field("leaving", &self.leaving)
@@ -218,7 +201,7 @@ where
     }
 }
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
@@ -236,7 +219,7 @@ where
         let swim_rng = SwimRng(StdRng::seed_from_u64(settings.seed ^ 0x5157_494d));
         let swim = Swim::new(id, swim_config(&settings), swim_rng, foca::PostcardCodec);
         let _ = now;
-        Node {
+        StateMachine {
             rng: StdRng::seed_from_u64(settings.seed),
             settings,
             me: info,
@@ -253,8 +236,8 @@ where
             next_request: 0,
             steal_retry: None,
             outbox: BTreeMap::new(),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            outbound: Outbound::new(),
+            masters: FxHashSet::default(),
             members_changed: false,
             timers: Timers::new(),
             stats: Stats::default(),
@@ -326,19 +309,24 @@ where
                     self.on_notice(from.node, notice, now, host);
                 }
             }
-            Message::Leaving => self.on_leaving(&from, now),
+            Message::Leaving => {
+                if self.masters.contains(&from.node) {
+                    tracing::info!(peer = ?from.peer, "the master leaves the pool");
+                    self.outbound.events.push_back(NodeEvent::MasterLeft);
+                }
+                self.on_leaving(&from, now)
+            }
         }
         self.finish(now, host);
     }
 
     /// A message this node asked to send to `to` could not be delivered;
-    /// `steal` is [`Message::steal_request`](super::Message::steal_request)
-    /// of it.
+    /// `token` is its [`Transmit::token`].
     ///
     /// Only a lost steal request matters here: it counts as an empty
     /// reply. Whether the peer is gone is SWIM's to decide.
-    pub fn handle_send_failed(&mut self, to: &P, steal: Option<u64>, now: Instant, host: &mut H) {
-        if let Some(request) = steal {
+    pub fn handle_send_failed(&mut self, to: &P, token: SendToken, now: Instant, host: &mut H) {
+        if let Some(request) = token.steal_request() {
             if let Some((context, victim)) = self.steals.remove(&request) {
                 tracing::debug!(peer = ?to, "a steal request could not be sent");
                 let round = self.steal_round();
@@ -366,8 +354,7 @@ where
         self.drain_swim(now);
     }
 
-    /// Time has come: the moment [`poll_timeout`](Self::poll_timeout) named,
-    /// or later.
+    /// Time has come: the moment [`Output::Timeout`] named, or later.
     pub fn handle_timeout(&mut self, now: Instant, host: &mut H) {
         while let Some(due) = self.timers.pop_due(now) {
             match due {
@@ -432,7 +419,7 @@ where
     }
 
     /// Leave the pool: no more stealing, no more exports, goodbyes to every
-    /// member. The driver then sends what [`poll_transmit`](Self::poll_transmit)
+    /// member. The driver then sends what [`poll_output`](Self::poll_output)
     /// gives and stops.
     pub fn leave(&mut self, now: Instant, host: &mut H) {
         if self.leaving {
@@ -458,19 +445,18 @@ where
         !self.stealing || self.leaving
     }
 
-    /// The next message to send.
-    pub fn poll_transmit(&mut self) -> Option<Transmit<P, H::Body, H::Event>> {
-        self.transmits.pop_front()
+    /// The next thing the driver must do or know: messages to send, then
+    /// events, then the next timeout as the last output (see
+    /// [`Output`]). Poll after every input until `None`.
+    pub fn poll_output(&mut self) -> Option<Output<P, H::Body, H::Event>> {
+        self.outbound.poll(self.timers.next_at())
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is due next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    /// When [`handle_timeout`](Self::handle_timeout) is due next, without
+    /// polling: for a test cluster that looks at every node's timer.
+    #[cfg(test)]
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
         self.timers.next_at()
-    }
-
-    /// The next thing the driver must know.
-    pub fn poll_event(&mut self) -> Option<NodeEvent> {
-        self.events.pop_front()
     }
 
     /// The live members this node can work with (up in SWIM, their hello
@@ -514,7 +500,7 @@ where
     }
 }
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
@@ -533,7 +519,12 @@ where
             from: self.swim.identity().clone(),
             message,
         };
-        self.transmits.push_back(Transmit { to, envelope });
+        let token = SendToken::of(&envelope.message);
+        self.outbound.push(Transmit {
+            to,
+            envelope,
+            token,
+        });
     }
 
     /// The usable members, or an offer, changed: victims are listed again
@@ -552,9 +543,14 @@ where
             self.members_changed = false;
             // A new member may have work for executors that wait.
             self.try_steal(now, host);
+            let masters = (self.roster.usable())
+                .filter(|(_, info)| info.master)
+                .map(|(id, _)| id.node);
+            self.masters.extend(masters);
             // One is enough until the driver reads the members again.
-            if !self.events.contains(&NodeEvent::MembersChanged) {
-                self.events.push_back(NodeEvent::MembersChanged);
+            let events = &mut self.outbound.events;
+            if !events.contains(&NodeEvent::MembersChanged) {
+                events.push_back(NodeEvent::MembersChanged);
             }
         }
         self.flush();

@@ -2,7 +2,7 @@
 //!
 //! SWIM says who is up; a member's hello says what it offers; its
 //! `Leaving` says it takes no more work. A member is *usable* (a steal
-//! target, listed by [`Node::members`](super::Node::members)) only with all
+//! target, listed by [`StateMachine::members`](super::StateMachine::members)) only with all
 //! three in its favour. The candidate list for victim choice is cached and
 //! rebuilt only when membership or an offer changes, so that an idle
 //! executor's steal costs the same with a thousand members as with two.
@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 
 use crate::id::NodeId;
 use crate::protocol::message::{MemberId, MemberInfo};
-use crate::protocol::steal::{Candidate, Victims};
+use crate::protocol::strategy::{Candidate, Victims};
 
 /// What a node knows of one other node.
 #[derive(Debug)]

@@ -15,12 +15,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::timers::Due;
-use super::{Early, Node};
+use super::{Early, StateMachine};
 use crate::id::{ActivityId, NodeId};
 use crate::protocol::host::{Delivery, Host, Routed};
 use crate::protocol::message::{Message, Notice};
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,

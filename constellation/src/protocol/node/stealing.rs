@@ -15,14 +15,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::roster::VictimSet;
-use super::{Kept, Node};
+use super::{Kept, StateMachine};
 use crate::context::ExecutorContext;
 use crate::id::{ActivityId, NodeId};
 use crate::protocol::host::Host;
 use crate::protocol::message::{MemberId, Message, Notice, Travelling};
-use crate::protocol::steal::{Strategy, Throttle};
+use crate::protocol::strategy::{Strategy, Throttle};
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,

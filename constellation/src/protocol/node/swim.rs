@@ -17,12 +17,12 @@ use foca::OwnedNotification;
 
 use super::handover::Lapse;
 use super::timers::Due;
-use super::Node;
+use super::StateMachine;
 use crate::id::NodeId;
 use crate::protocol::host::Host;
 use crate::protocol::message::{MemberId, MemberInfo, Message};
 
-impl<P, H> Node<P, H>
+impl<P, H> StateMachine<P, H>
 where
     P: Clone + Eq + Hash + fmt::Debug + Serialize + DeserializeOwned,
     H: Host,
@@ -239,7 +239,7 @@ where
 
     /// Makes the member reached as `peer` a suspect, as a failed probe
     /// would, unless it is already (or no longer) one; see
-    /// [`Node::handle_unreachable`].
+    /// [`StateMachine::handle_unreachable`].
     pub(super) fn suspect_unreachable(&mut self, peer: &P, now: Instant) {
         if self.leaving {
             return;

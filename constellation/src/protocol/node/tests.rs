@@ -1,16 +1,16 @@
-//! Unit tests of [`Node`]: a few nodes with a tiny fake host, wired by a
+//! Unit tests of [`StateMachine`]: a few nodes with a tiny fake host, wired by a
 //! small harness on virtual time. (The protocol's full message-level
 //! tests live in `protocol/tests`.)
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{Node, NodeEvent, Settings};
+use super::{NodeEvent, Output, SendToken, Settings, StateMachine};
 use crate::context::{ContextList, ExecutorContext};
 use crate::id::{ActivityId, IdIssuer, NodeId};
 use crate::protocol::host::{Delivery, Export, Host, Routed};
 use crate::protocol::message::{Envelope, MemberInfo, Travelling};
-use crate::protocol::steal::{Strategy, WideSteal};
+use crate::protocol::strategy::{Strategy, WideSteal};
 
 #[derive(Debug, Clone, PartialEq)]
 struct Ping {
@@ -98,7 +98,7 @@ impl Host for FakeHost {
     }
 }
 
-type TestNode = Node<u32, FakeHost>;
+type TestNode = StateMachine<u32, FakeHost>;
 
 fn settings(index: u32) -> Settings {
     Settings {
@@ -194,12 +194,17 @@ impl Cluster {
     /// Carries what every node wants sent.
     fn pump(&mut self) {
         for from in 0..self.nodes.len() {
-            while let Some(transmit) = self.nodes[from].poll_transmit() {
-                let at = self.now + self.latency;
-                (self.in_flight).push_back((at, from as u32, transmit.to, transmit.envelope));
-            }
-            while let Some(event) = self.nodes[from].poll_event() {
-                self.events[from].push(event);
+            // The timer is read where it is needed, with `next_timeout`.
+            while let Some(output) = self.nodes[from].poll_output() {
+                match output {
+                    Output::Transmit(transmit) => {
+                        let at = self.now + self.latency;
+                        let message = (at, from as u32, transmit.to, transmit.envelope);
+                        self.in_flight.push_back(message);
+                    }
+                    Output::Event(event) => self.events[from].push(event),
+                    Output::Timeout(_) => {}
+                }
             }
         }
     }
@@ -214,7 +219,7 @@ impl Cluster {
             let timer_at = (0..self.nodes.len())
                 .filter(|&i| !self.dead[i])
                 .filter_map(|i| {
-                    let at = self.nodes[i].poll_timeout()?;
+                    let at = self.nodes[i].next_timeout()?;
                     Some(self.starved_until[i].map_or(at, |until| at.max(until)))
                 })
                 .min();
@@ -233,13 +238,13 @@ impl Cluster {
                 if at > now || (!self.dead[to_index] && !self.awake(to_index)) {
                     waiting.push_back((at, from, to, envelope));
                 } else if self.dead[to_index] {
-                    let steal = envelope.message.steal_request();
+                    let token = SendToken::of(&envelope.message);
                     if !self.dead[from as usize] {
                         let (node, host) = (
                             &mut self.nodes[from as usize],
                             &mut self.hosts[from as usize],
                         );
-                        node.handle_send_failed(&to, steal, now, host);
+                        node.handle_send_failed(&to, token, now, host);
                     }
                 } else {
                     let (node, host) = (&mut self.nodes[to_index], &mut self.hosts[to_index]);
@@ -248,7 +253,7 @@ impl Cluster {
             }
             self.in_flight = waiting;
             for i in 0..self.nodes.len() {
-                if self.awake(i) && self.nodes[i].poll_timeout().is_some_and(|at| at <= now) {
+                if self.awake(i) && self.nodes[i].next_timeout().is_some_and(|at| at <= now) {
                     self.nodes[i].handle_timeout(now, &mut self.hosts[i]);
                 }
             }

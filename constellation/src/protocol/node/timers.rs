@@ -1,5 +1,5 @@
 //! The node's one timer queue: everything that must happen later, in the
-//! order it is due. [`Node::poll_timeout`](super::Node::poll_timeout)
+//! order it is due. [`StateMachine::poll_output`](super::StateMachine::poll_output)
 //! reports its head.
 
 use std::collections::BTreeMap;

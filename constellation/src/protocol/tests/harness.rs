@@ -1,4 +1,4 @@
-//! A cluster of [`Node`]s on a virtual clock, wired by a fake network: the
+//! A cluster of [`StateMachine`]s on a virtual clock, wired by a fake network: the
 //! shape of quinn-proto's `Pair`, for many nodes.
 //!
 //! Everything happens in one thread, in the order of a queue of timed
@@ -8,14 +8,14 @@
 //! one link may overtake each other, as requests on separate streams do),
 //! drops what crosses a cut link, and answers a message to a dead node
 //! with a send failure after the way back, as a refused connection would
-//! (the sender hears [`Node::handle_send_failed`] and
-//! [`Node::handle_unreachable`]).
+//! (the sender hears [`StateMachine::handle_send_failed`] and
+//! [`StateMachine::handle_unreachable`]).
 //!
 //! After every input to a node, the harness does what a driver does:
-//! drains [`Node::poll_transmit`] and [`Node::poll_event`], re-arms the
-//! node's timer at [`Node::poll_timeout`], starts queued work on idle
+//! drains [`StateMachine::poll_output`], re-arms the node's timer at its last
+//! [`Output::Timeout`], starts queued work on idle
 //! executors and, when an executor runs out of work, says so once with
-//! [`Node::handle_idle`] (as the local pool does).
+//! [`StateMachine::handle_idle`] (as the local pool does).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
@@ -27,10 +27,13 @@ use rand::{Rng, SeedableRng};
 use super::fake_host::{FakeEvent, FakeHost, Job};
 use super::{node_id, settings, swim};
 use crate::id::{ActivityId, IdIssuer};
-use crate::protocol::{Delivery, Envelope, MemberInfo, Message, Node, NodeEvent, Notice, Settings};
+use crate::protocol::{
+    Delivery, Envelope, MemberInfo, Message, NodeEvent, Notice, Output, SendToken, Settings,
+    StateMachine,
+};
 
 /// The node under test, as the harness runs it.
-pub(super) type TestNode = Node<u32, FakeHost>;
+pub(super) type TestNode = StateMachine<u32, FakeHost>;
 /// A message as the harness carries it.
 pub(super) type TestEnvelope = Envelope<u32, Job, FakeEvent>;
 
@@ -69,7 +72,7 @@ enum Happening {
     SendFailed {
         node: u32,
         to: u32,
-        steal: Option<u64>,
+        token: SendToken,
     },
     Timer {
         node: u32,
@@ -235,7 +238,7 @@ impl Cluster {
                 };
                 let idle_seen = host.idle_executors();
                 Slot {
-                    node: Node::new(settings, index, info, base),
+                    node: StateMachine::new(settings, index, info, base),
                     host,
                     life: Life::Up,
                     events: Vec::new(),
@@ -644,13 +647,13 @@ impl Cluster {
                 {
                     // As a reset connection would tell the sender.
                     let back = self.link_delay(to, from);
-                    let steal = envelope.message.steal_request();
+                    let token = SendToken::of(&envelope.message);
                     self.schedule(
                         self.now + back,
                         Happening::SendFailed {
                             node: from,
                             to,
-                            steal,
+                            token,
                         },
                     );
                 }
@@ -670,12 +673,13 @@ impl Cluster {
                     node.handle_message(envelope, now, host)
                 });
             }
-            Happening::SendFailed { node, to, steal } => {
+            Happening::SendFailed { node, to, token } => {
+                let steal = token.steal_request();
                 self.log.send_failures.push((self.now, node, to, steal));
                 // Only a dead node's messages fail here, as a refused
                 // connection tells its sender.
                 self.input(node, move |n, host, now| {
-                    n.handle_send_failed(&to, steal, now, host);
+                    n.handle_send_failed(&to, token, now, host);
                     n.handle_unreachable(&to, now);
                 });
             }
@@ -731,8 +735,8 @@ impl Cluster {
         if self.slots[index as usize].life == Life::Dead {
             return;
         }
-        loop {
-            self.drain(index);
+        let wanted = loop {
+            let wake = self.drain(index);
             let now = self.now;
             let slot = &mut self.slots[index as usize];
             let started = slot.host.start_ready(now);
@@ -753,21 +757,18 @@ impl Cluster {
                 );
             }
             if !newly_idle {
-                break;
+                break wake;
             }
             let instant = self.instant();
             let slot = &mut self.slots[index as usize];
             slot.node.handle_idle(instant, &mut slot.host);
-        }
+        };
         let slot = &mut self.slots[index as usize];
         if let Some(complaint) = slot.host.complaints.first() {
             self.violations
                 .push(format!("node {index}'s host: {complaint}"));
         }
-        let wanted = slot
-            .node
-            .poll_timeout()
-            .map(|at| at.saturating_duration_since(self.base));
+        let wanted = wanted.map(|at| at.saturating_duration_since(self.base));
         if wanted != slot.armed {
             slot.armed = wanted;
             if let Some(at) = wanted {
@@ -777,16 +778,19 @@ impl Cluster {
         }
     }
 
-    /// Takes what node `index` wants sent and told, and sends it.
-    fn drain(&mut self, index: u32) {
+    /// Takes what node `index` wants sent and told, and sends it; returns
+    /// when it wants to be woken.
+    fn drain(&mut self, index: u32) -> Option<Instant> {
         let now = self.now;
         let slot = &mut self.slots[index as usize];
         let mut outgoing = Vec::new();
-        while let Some(transmit) = slot.node.poll_transmit() {
-            outgoing.push(transmit);
-        }
-        while let Some(event) = slot.node.poll_event() {
-            slot.events.push((now, event));
+        let mut wake = None;
+        while let Some(output) = slot.node.poll_output() {
+            match output {
+                Output::Transmit(transmit) => outgoing.push(transmit),
+                Output::Event(event) => slot.events.push((now, event)),
+                Output::Timeout(at) => wake = Some(at),
+            }
         }
         for transmit in outgoing {
             let to = transmit.to;
@@ -828,6 +832,7 @@ impl Cluster {
                 },
             );
         }
+        wake
     }
 
     fn record_arrival(&mut self, from: u32, to: u32, envelope: &TestEnvelope) {

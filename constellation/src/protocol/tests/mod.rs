@@ -1,4 +1,4 @@
-//! Message-level tests of [`Node`](super::Node): two, three or many nodes
+//! Message-level tests of [`StateMachine`](super::StateMachine): two, three or many nodes
 //! wired by a [harness](harness) on virtual time, with fake executors
 //! ([`fake_host`]), no threads and no sockets. In the spirit of the
 //! scheduler core's tests and of quinn-proto's `Pair`.
@@ -17,7 +17,7 @@ mod stealing;
 
 use std::time::Duration;
 
-use super::steal::{Strategy, WideSteal};
+use super::strategy::{Strategy, WideSteal};
 use super::Settings;
 use crate::id::NodeId;
 

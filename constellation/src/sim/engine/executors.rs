@@ -4,13 +4,13 @@
 //!
 //! This is the simulated application; it talks to the core directly, as
 //! executor threads do, and to the protocol only through the inputs a
-//! production node gives it: an executor ran dry ([`Node::handle_idle`]),
-//! an activity finished ([`Node::handle_finished`]), an event must leave
-//! the node ([`Node::route`]).
+//! production node gives it: an executor ran dry ([`StateMachine::handle_idle`]),
+//! an activity finished ([`StateMachine::handle_finished`]), an event must leave
+//! the node ([`StateMachine::route`]).
 //!
-//! [`Node::handle_idle`]: crate::protocol::Node::handle_idle
-//! [`Node::handle_finished`]: crate::protocol::Node::handle_finished
-//! [`Node::route`]: crate::protocol::Node::route
+//! [`StateMachine::handle_idle`]: crate::protocol::StateMachine::handle_idle
+//! [`StateMachine::handle_finished`]: crate::protocol::StateMachine::handle_finished
+//! [`StateMachine::route`]: crate::protocol::StateMachine::route
 
 use super::host::{Body, Children, SimEvent};
 use super::records::Started;

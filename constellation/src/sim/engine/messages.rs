@@ -11,7 +11,7 @@
 //! the answer is done. This is what makes a master saturate.
 
 use super::{Engine, Ev, SimEnvelope};
-use crate::protocol::{Message, Notice, Transmit};
+use crate::protocol::{Message, Notice, SendToken, Transmit};
 use crate::sim::model::nanos;
 
 use super::host::{Packed, SimEvent};
@@ -95,7 +95,7 @@ impl Engine<'_> {
         let state = &mut self.nodes[to as usize];
         if state.life != Life::Alive {
             self.messages.dropped += 1;
-            self.refuse(from, to, envelope.message.steal_request());
+            self.refuse(from, to, SendToken::of(&envelope.message));
             return;
         }
         if let Message::Steal { .. } = envelope.message {
@@ -114,7 +114,7 @@ impl Engine<'_> {
 
     /// Tells `sender`, after the latency back from `to`, that its message
     /// to `to` did not arrive.
-    pub(super) fn refuse(&mut self, sender: u32, to: u32, steal: Option<u64>) {
+    pub(super) fn refuse(&mut self, sender: u32, to: u32, token: SendToken) {
         if self.nodes[sender as usize].life != Life::Alive {
             return;
         }
@@ -128,21 +128,21 @@ impl Engine<'_> {
             Ev::SendFailed {
                 node: sender,
                 to,
-                steal,
+                token,
             },
         );
     }
 
     /// The transport's news that a message from `node` to `to` was lost.
-    pub(super) fn send_failed(&mut self, node: u32, to: u32, steal: Option<u64>) {
-        if steal.is_some() && self.nodes[node as usize].life == Life::Alive {
+    pub(super) fn send_failed(&mut self, node: u32, to: u32, token: SendToken) {
+        if token.steal_request().is_some() && self.nodes[node as usize].life == Life::Alive {
             // The thief counts it as an empty reply.
             self.messages.empty_replies += 1;
         }
         // A message fails here only when its node is not alive, as a
         // refused connection tells the sender that nothing listens there.
         self.input(node, |protocol, now, host| {
-            protocol.handle_send_failed(&to, steal, now, host);
+            protocol.handle_send_failed(&to, token, now, host);
             protocol.handle_unreachable(&to, now);
         });
     }

@@ -1,9 +1,9 @@
 //! The discrete-event loop: virtual time, and per simulated node the real
-//! scheduler core under the real node protocol ([`protocol::Node`]),
+//! scheduler core under the real node protocol ([`protocol::StateMachine`]),
 //! with messages carried over the modelled network.
 //!
 //! The engine decides nothing between nodes. Each node's
-//! [`protocol::Node`] chooses whom to ask for work, what to hand over,
+//! [`protocol::StateMachine`] chooses whom to ask for work, what to hand over,
 //! keeps custody of exports, routes events and runs SWIM membership,
 //! exactly as in production; the engine feeds it the virtual time, the
 //! messages its network delivers and what its executors do, and carries
@@ -17,7 +17,7 @@
 //! - [`network`]: link delays and input transfers.
 //! - [`records`]: attempt records and the final report.
 //!
-//! [`protocol::Node`]: crate::protocol::Node
+//! [`protocol::StateMachine`]: crate::protocol::StateMachine
 
 mod executors;
 mod host;
@@ -40,7 +40,7 @@ use super::SimError;
 use crate::context::{ContextList, ExecutorContext};
 use crate::core::MatchTable;
 use crate::id::ActivityId;
-use crate::protocol::{Envelope, Stats};
+use crate::protocol::{Envelope, SendToken, Stats};
 
 use host::{Packed, SimEvent};
 use network::Network;
@@ -70,7 +70,7 @@ enum Ev {
     SendFailed {
         node: u32,
         to: u32,
-        steal: Option<u64>,
+        token: SendToken,
     },
     /// A node's protocol timer, as it was set for `at`.
     Timer { node: u32, at: Time },
@@ -279,7 +279,7 @@ impl<'a> Engine<'a> {
             Ev::Die(node) => self.die(node),
             Ev::CallDone { node, executor } => self.call_done(node, executor)?,
             Ev::Deliver { to, from, envelope } => self.deliver(to, from, envelope),
-            Ev::SendFailed { node, to, steal } => self.send_failed(node, to, steal),
+            Ev::SendFailed { node, to, token } => self.send_failed(node, to, token),
             Ev::Timer { node, at } => self.timer(node, at),
             Ev::Answered(node) => self.answer_waiting(node),
         }

@@ -1,10 +1,10 @@
 //! A simulated node: its protocol node, its executors, its life; and the
 //! protocol's inputs and outputs, which the engine turns into events.
 //!
-//! After every input to a node's [`Node`] the engine [`settle`]s it, as a
+//! After every input to a node's [`StateMachine`] the engine [`settle`]s it, as a
 //! production driver does after every input: it starts the calls the core
-//! handed out, sends what [`Node::poll_transmit`] gives, reads
-//! [`Node::poll_event`], and keeps one timer event at [`Node::poll_timeout`].
+//! handed out, sends what [`StateMachine::poll_output`] gives, and keeps one timer
+//! event at its last [`Output::Timeout`].
 //!
 //! [`settle`]: Engine::settle
 
@@ -20,7 +20,7 @@ use super::records::Started;
 use super::{Engine, Ev, SimEnvelope, Time};
 use crate::core::MatchTable;
 use crate::id::{ActivityId, NodeId};
-use crate::protocol::{MemberInfo, Node, NodeEvent, Settings};
+use crate::protocol::{MemberInfo, NodeEvent, Output, SendToken, Settings, StateMachine};
 use crate::sim::model::{Model, NodeSpec};
 use crate::sim::SimError;
 
@@ -53,7 +53,7 @@ pub(super) struct SimNode {
     pub(super) site: u32,
     pub(super) life: Life,
     /// Its side of the node protocol, from its join to its death.
-    pub(super) protocol: Option<Node<u32, SimHost>>,
+    pub(super) protocol: Option<StateMachine<u32, SimHost>>,
     pub(super) host: SimHost,
     pub(super) executors: Vec<Exec>,
     pub(super) started: FxHashMap<ActivityId, Started>,
@@ -171,7 +171,7 @@ impl Engine<'_> {
             executors: spec.executors.iter().map(|e| e.context.clone()).collect(),
         };
         let id = self.nodes[node as usize].id;
-        let mut protocol = Node::new(settings(self.model, node, id), node, info, now);
+        let mut protocol = StateMachine::new(settings(self.model, node, id), node, info, now);
         if let Some(contact) = contact {
             protocol.contact(contact, now);
         }
@@ -231,7 +231,7 @@ impl Engine<'_> {
         let waiting = std::mem::take(&mut state.waiting);
         self.recount_membership();
         for (thief, envelope) in waiting {
-            self.refuse(thief, node, envelope.message.steal_request());
+            self.refuse(thief, node, SendToken::of(&envelope.message));
         }
     }
 
@@ -240,7 +240,7 @@ impl Engine<'_> {
     pub(super) fn input(
         &mut self,
         node: u32,
-        input: impl FnOnce(&mut Node<u32, SimHost>, Instant, &mut SimHost),
+        input: impl FnOnce(&mut StateMachine<u32, SimHost>, Instant, &mut SimHost),
     ) {
         let now = self.instant();
         let state = &mut self.nodes[node as usize];
@@ -279,27 +279,30 @@ impl Engine<'_> {
             return;
         };
         let mut transmits = Vec::new();
-        while let Some(transmit) = protocol.poll_transmit() {
-            transmits.push(transmit);
-        }
-        while let Some(event) = protocol.poll_event() {
-            match event {
-                NodeEvent::MembersChanged => {}
-                // Counted by the protocol node (`Stats::lost`).
-                NodeEvent::Lost { .. } => {}
+        let mut wake = None;
+        while let Some(output) = protocol.poll_output() {
+            match output {
+                Output::Transmit(transmit) => transmits.push(transmit),
+                // Members: see above. A master's leaving matters to a
+                // user's handle only. Losses are counted by the protocol
+                // node (`Stats::lost`).
+                Output::Event(NodeEvent::MembersChanged | NodeEvent::MasterLeft) => {}
+                Output::Event(NodeEvent::Lost { .. }) => {}
+                Output::Timeout(at) => wake = Some(at),
             }
         }
         for transmit in transmits {
             self.transmit(node, transmit);
         }
-        self.arm_timer(node);
+        self.arm_timer(node, wake);
         self.note_membership(node);
     }
 
-    /// Keeps one timer event for `node`, at its protocol's next timeout.
-    fn arm_timer(&mut self, node: u32) {
+    /// Keeps one timer event for `node`, at its protocol's next timeout
+    /// `wake`.
+    fn arm_timer(&mut self, node: u32, wake: Option<Instant>) {
         let state = &self.nodes[node as usize];
-        let Some(at) = state.protocol.as_ref().and_then(|p| p.poll_timeout()) else {
+        let Some(at) = wake else {
             self.nodes[node as usize].timer = None;
             return;
         };
