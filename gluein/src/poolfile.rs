@@ -28,15 +28,16 @@
 //! where its port is still free, the same address: the pool file it writes
 //! is the same, and the members that knew it recognise it.
 
-use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use constellation::net::key::{self, KeyError};
 use constellation::net::{Keypair, Multiaddr, PoolKey, Protocol};
 use serde::{Deserialize, Serialize};
+use trust::lock::{Checks, LockError, LockFile};
 
 /// What a pool file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,12 +224,12 @@ fn read_key(path: &Path) -> anyhow::Result<PoolKey> {
     })
 }
 
-/// An exclusive lock, held for the life of the process that took it.
-/// Locks are released by the kernel when the process ends, however it
-/// ends, so a lock nobody holds means its owner is gone.
+/// An exclusive lock ([`trust::lock::LockFile`]) with this process's id
+/// in it, held for the life of the process that took it: a lock nobody
+/// holds means its owner is gone.
 struct HeldLock {
-    /// Holds the lock: closing the file releases it.
-    _file: File,
+    /// Holds the lock: dropping it releases it.
+    _lock: LockFile,
 }
 
 /// Why [`HeldLock::take`] could not take a lock.
@@ -246,35 +247,25 @@ impl HeldLock {
     /// user's, one found in a directory others may change) is refused: the
     /// pid would go where another user wants it.
     fn take(path: &Path) -> Result<HeldLock, LockRefused> {
-        // The file is never removed: a process that opened it just before
-        // a removal would lock the removed file while a newcomer locks a
-        // new one, and both would think they own it.
-        let mut file = trust::open_trusted(path, trust::Access::Lock)
-            .map_err(trusted_error)
-            .with_context(|| format!("cannot open the lock file {}", path.display()))
-            .map_err(LockRefused::Failed)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let pid = file
-                    .read_to_string(&mut text)
-                    .ok()
-                    .and_then(|_| text.trim().parse().ok());
-                return Err(LockRefused::Held(pid));
+        let mut lock = match LockFile::take(path, Checks::FileAndDirectory, Duration::ZERO) {
+            Ok(lock) => lock,
+            Err(LockError::Held(text)) => return Err(LockRefused::Held(text.trim().parse().ok())),
+            Err(LockError::Open(error)) => {
+                return Err(LockRefused::Failed(
+                    trusted_error(error)
+                        .context(format!("cannot open the lock file {}", path.display())),
+                ))
             }
-            Err(std::fs::TryLockError::Error(error)) => {
+            Err(LockError::Lock(error)) => {
                 return Err(LockRefused::Failed(
                     anyhow::Error::new(error).context(format!("cannot lock {}", path.display())),
-                ));
+                ))
             }
-        }
-        let pid = std::process::id().to_string();
-        file.set_len(0)
-            .and_then(|()| file.write_all(pid.as_bytes()))
+        };
+        (lock.write_holder(&std::process::id().to_string()))
             .with_context(|| format!("cannot write {}", path.display()))
             .map_err(LockRefused::Failed)?;
-        Ok(HeldLock { _file: file })
+        Ok(HeldLock { _lock: lock })
     }
 }
 
