@@ -31,13 +31,12 @@
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use constellation::net::key::{self, KeyError};
 use constellation::net::{Keypair, Multiaddr, PoolKey, Protocol};
 use serde::{Deserialize, Serialize};
-use trust::lock::{Checks, LockError, LockFile};
+use trust::lock::{LockError, LockFile};
 
 /// What a pool file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -247,25 +246,37 @@ impl HeldLock {
     /// user's, one found in a directory others may change) is refused: the
     /// pid would go where another user wants it.
     fn take(path: &Path) -> Result<HeldLock, LockRefused> {
-        let mut lock = match LockFile::take(path, Checks::FileAndDirectory, Duration::ZERO) {
-            Ok(lock) => lock,
-            Err(LockError::Held(text)) => return Err(LockRefused::Held(text.trim().parse().ok())),
-            Err(LockError::Open(error)) => {
-                return Err(LockRefused::Failed(
-                    trusted_error(error)
-                        .context(format!("cannot open the lock file {}", path.display())),
-                ))
-            }
-            Err(LockError::Lock(error)) => {
-                return Err(LockRefused::Failed(
-                    anyhow::Error::new(error).context(format!("cannot lock {}", path.display())),
-                ))
-            }
-        };
-        (lock.write_holder(&std::process::id().to_string()))
-            .with_context(|| format!("cannot write {}", path.display()))
-            .map_err(LockRefused::Failed)?;
-        Ok(HeldLock { _lock: lock })
+        match LockFile::claim(path) {
+            Ok(lock) => Ok(HeldLock { _lock: lock }),
+            Err(LockError::Held(text)) => Err(LockRefused::Held(text.trim().parse().ok())),
+            Err(error) => Err(LockRefused::Failed(lock_failure(
+                path,
+                error,
+                "cannot open the lock file",
+            ))),
+        }
+    }
+}
+
+/// Why the lock file at `path` could not be claimed, in this crate's
+/// words, `opening` saying what could not be opened. (A lock held by
+/// another process is each caller's to word: it names its holder.)
+pub fn lock_failure(path: &Path, error: LockError, opening: &str) -> anyhow::Error {
+    match error {
+        LockError::Open(error) => {
+            trusted_error(error).context(format!("{opening} {}", path.display()))
+        }
+        LockError::Lock(error) => {
+            anyhow::Error::new(error).context(format!("cannot lock {}", path.display()))
+        }
+        LockError::Write(error) => {
+            anyhow::Error::new(error).context(format!("cannot write {}", path.display()))
+        }
+        LockError::Held(holder) => anyhow::anyhow!(
+            "{} is held by another process ({})",
+            path.display(),
+            holder.trim()
+        ),
     }
 }
 

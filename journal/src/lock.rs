@@ -153,7 +153,9 @@ impl WriterLock {
                 })
             }
             Err(
-                LockError::Open(trust::TrustError::Io { source, .. }) | LockError::Lock(source),
+                LockError::Open(trust::TrustError::Io { source, .. })
+                | LockError::Lock(source)
+                | LockError::Write(source),
             ) => return Err(failed(source)),
         };
         let text = Writer::this_process().to_text();

@@ -55,6 +55,9 @@ pub enum LockError {
     /// The file opened, but the lock could not be tried at all (a file
     /// system without locks, say).
     Lock(io::Error),
+    /// The lock was taken, but the holder's words could not be written
+    /// into the file ([`LockFile::claim`]); the lock is let go.
+    Write(io::Error),
 }
 
 impl LockFile {
@@ -83,6 +86,16 @@ impl LockFile {
                 Err(TryLockError::Error(error)) => return Err(LockError::Lock(error)),
             }
         }
+    }
+
+    /// Takes the lock on `path` at once, with every check
+    /// ([`Checks::FileAndDirectory`]), and writes this process's id into
+    /// it: the lock of one of a pool's own files, whose refusal names the
+    /// process that holds it.
+    pub fn claim(path: &Path) -> Result<LockFile, LockError> {
+        let mut lock = LockFile::take(path, Checks::FileAndDirectory, Duration::ZERO)?;
+        (lock.write_holder(&std::process::id().to_string())).map_err(LockError::Write)?;
+        Ok(lock)
     }
 
     /// Replaces the file's text with `holder`: who holds the lock, for
@@ -159,13 +172,13 @@ mod tests {
         let dir = scratch("one");
         let path = dir.join("x.lock");
         assert_eq!(holder(&path).unwrap(), None);
-        let mut first = LockFile::take(&path, Checks::FileAndDirectory, Duration::ZERO).unwrap();
-        first.write_holder("pid=1").unwrap();
+        let first = LockFile::claim(&path).unwrap();
+        let pid = std::process::id().to_string();
         match LockFile::take(&path, Checks::FileOnly, Duration::from_millis(50)) {
-            Err(LockError::Held(text)) => assert_eq!(text, "pid=1"),
+            Err(LockError::Held(text)) => assert_eq!(text, pid),
             other => panic!("not refused as held: {other:?}"),
         }
-        assert_eq!(holder(&path).unwrap().as_deref(), Some("pid=1"));
+        assert_eq!(holder(&path).unwrap(), Some(pid));
         first.clear_holder();
         drop(first);
         assert_eq!(holder(&path).unwrap(), None);

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use trust::lock::{Checks, LockError, LockFile};
+use trust::lock::{LockError, LockFile};
 
 use super::counts::summary;
 use super::handlers::text;
@@ -298,23 +298,14 @@ impl Supervisor {
 fn claim_state_dir(state_dir: &Path) -> anyhow::Result<LockFile> {
     let path = state_dir.join("jobs.db.lock");
     // Never through a link, nor another user's file: the pid goes in it.
-    let mut lock = match LockFile::take(&path, Checks::FileAndDirectory, Duration::ZERO) {
-        Ok(lock) => lock,
+    match LockFile::claim(&path) {
+        Ok(lock) => Ok(lock),
         Err(LockError::Held(holder)) => anyhow::bail!(
             "another pool node (pid {}) runs the jobs of the state directory {}; \
              give this pool its own --state-dir",
             holder.trim(),
             state_dir.display()
         ),
-        Err(LockError::Open(error)) => {
-            return Err(crate::poolfile::trusted_error(error))
-                .with_context(|| format!("cannot open {}", path.display()))
-        }
-        Err(LockError::Lock(error)) => {
-            return Err(error).with_context(|| format!("cannot lock {}", path.display()))
-        }
-    };
-    (lock.write_holder(&std::process::id().to_string()))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(lock)
+        Err(error) => Err(crate::poolfile::lock_failure(&path, error, "cannot open")),
+    }
 }
