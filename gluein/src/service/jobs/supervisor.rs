@@ -20,6 +20,13 @@
 //! ([`JobService::stop`]) sends SIGTERM to the runners, which journal
 //! their run as interrupted, and leaves their jobs `running`: the next
 //! start resumes them.
+//!
+//! This module holds the service's handle ([`JobService`]), what its
+//! handle, request handlers and thread share (`Supervisor`), the thread
+//! itself and the service's lock on the state directory. What becomes of
+//! a job is decided in `decide`, without processes; `supervise` (the tick),
+//! `recovery` (after a restart) and `handlers` (requests) carry the
+//! decisions out, through `runner` for everything done to a runner.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
