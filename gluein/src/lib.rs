@@ -4,12 +4,11 @@
 //! logging, error messages and tables the `clitools` crate's.
 //!
 //! - [`glidein`]: pilot jobs for Slurm, PBS, SSH and local agents.
-//! - [`jobs`]: the job service a pool node hosts: submitted graphs, run as jobs.
 //! - [`poolfile`]: how agents and runners find a pool.
+//! - [`service`]: the pool's service side: the job service and its requests.
 //! - [`signals`]: SIGINT and SIGTERM as a flag, to leave a pool cleanly.
 
 pub mod glidein;
-pub mod jobs;
 pub mod poolfile;
 pub mod service;
 pub mod signals;

@@ -28,7 +28,6 @@
 //! where its port is still free, the same address: the pool file it writes
 //! is the same, and the members that knew it recognise it.
 
-use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -37,6 +36,7 @@ use anyhow::{bail, Context as _};
 use constellation::net::key::{self, KeyError};
 use constellation::net::{Keypair, Multiaddr, PoolKey, Protocol};
 use serde::{Deserialize, Serialize};
+use trust::lock::{LockError, LockFile};
 
 /// What a pool file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,12 +223,12 @@ fn read_key(path: &Path) -> anyhow::Result<PoolKey> {
     })
 }
 
-/// An exclusive lock, held for the life of the process that took it.
-/// Locks are released by the kernel when the process ends, however it
-/// ends, so a lock nobody holds means its owner is gone.
+/// An exclusive lock ([`trust::lock::LockFile`]) with this process's id
+/// in it, held for the life of the process that took it: a lock nobody
+/// holds means its owner is gone.
 struct HeldLock {
-    /// Holds the lock: closing the file releases it.
-    _file: File,
+    /// Holds the lock: dropping it releases it.
+    _lock: LockFile,
 }
 
 /// Why [`HeldLock::take`] could not take a lock.
@@ -246,35 +246,37 @@ impl HeldLock {
     /// user's, one found in a directory others may change) is refused: the
     /// pid would go where another user wants it.
     fn take(path: &Path) -> Result<HeldLock, LockRefused> {
-        // The file is never removed: a process that opened it just before
-        // a removal would lock the removed file while a newcomer locks a
-        // new one, and both would think they own it.
-        let mut file = trust::open_trusted(path, trust::Access::Lock)
-            .map_err(trusted_error)
-            .with_context(|| format!("cannot open the lock file {}", path.display()))
-            .map_err(LockRefused::Failed)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let pid = file
-                    .read_to_string(&mut text)
-                    .ok()
-                    .and_then(|_| text.trim().parse().ok());
-                return Err(LockRefused::Held(pid));
-            }
-            Err(std::fs::TryLockError::Error(error)) => {
-                return Err(LockRefused::Failed(
-                    anyhow::Error::new(error).context(format!("cannot lock {}", path.display())),
-                ));
-            }
+        match LockFile::claim(path) {
+            Ok(lock) => Ok(HeldLock { _lock: lock }),
+            Err(LockError::Held(text)) => Err(LockRefused::Held(text.trim().parse().ok())),
+            Err(error) => Err(LockRefused::Failed(lock_failure(
+                path,
+                error,
+                "cannot open the lock file",
+            ))),
         }
-        let pid = std::process::id().to_string();
-        file.set_len(0)
-            .and_then(|()| file.write_all(pid.as_bytes()))
-            .with_context(|| format!("cannot write {}", path.display()))
-            .map_err(LockRefused::Failed)?;
-        Ok(HeldLock { _file: file })
+    }
+}
+
+/// Why the lock file at `path` could not be claimed, in this crate's
+/// words, `opening` saying what could not be opened. (A lock held by
+/// another process is each caller's to word: it names its holder.)
+pub fn lock_failure(path: &Path, error: LockError, opening: &str) -> anyhow::Error {
+    match error {
+        LockError::Open(error) => {
+            trusted_error(error).context(format!("{opening} {}", path.display()))
+        }
+        LockError::Lock(error) => {
+            anyhow::Error::new(error).context(format!("cannot lock {}", path.display()))
+        }
+        LockError::Write(error) => {
+            anyhow::Error::new(error).context(format!("cannot write {}", path.display()))
+        }
+        LockError::Held(holder) => anyhow::anyhow!(
+            "{} is held by another process ({})",
+            path.display(),
+            holder.trim()
+        ),
     }
 }
 

@@ -322,7 +322,7 @@ fn a_stopped_pool_node_stops_its_runners_and_resumes_their_jobs_when_started_aga
         runs[0].status, "interrupted",
         "the runner journaled its stop"
     );
-    let store = gluein::jobs::JobStore::open(&dir.join("pool.state")).expect("jobs.db");
+    let store = gluein::service::jobs::JobStore::open(&dir.join("pool.state")).expect("jobs.db");
     let left: Vec<u64> = store
         .running()
         .expect("jobs")

@@ -3,20 +3,18 @@
 //! lives, so that a second runner, or a `--resume` of a journal in use, is
 //! refused instead of running the same work twice.
 //!
-//! The lock is the operating system's (`flock` on Linux), taken on an open
-//! file: it goes when the process does, however it ends, `kill -9`
-//! included. A lock file left by a runner that died is therefore simply
-//! taken by the next one. The file is never removed: a process that opened
-//! it just before its removal would lock a file no one else can see, and
-//! two writers would each hold "the" lock.
+//! The lock is a [`trust::lock::LockFile`]: the operating system's
+//! (`flock` on Linux), so it goes when the process does, however it ends,
+//! `kill -9` included, and a lock file left by a runner that died is
+//! simply taken by the next one. The file is never removed.
 //!
 //! The file also says who holds it (pid, host, start), for the message a
 //! refused runner prints and for `constellation runs`.
 
-use std::fs::{File, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+use trust::lock::{Checks, LockError, LockFile};
 
 use crate::error::JournalError;
 use crate::open::Journal;
@@ -27,9 +25,6 @@ use crate::rows::unix_seconds;
 /// ([`Journal::writer`]) holds it for an instant, and must not turn a
 /// runner away.
 const PATIENCE: Duration = Duration::from_secs(1);
-
-/// How long a runner waits between tries of a held lock.
-const RETRY: Duration = Duration::from_millis(20);
 
 /// The run that holds a journal to write it, as its lock file names it.
 /// A field is `None` where the holder has not written it yet (it writes
@@ -126,7 +121,7 @@ pub fn lock_path(journal: &Path) -> PathBuf {
 /// or by the operating system when the process ends.
 #[derive(Debug)]
 pub(crate) struct WriterLock {
-    file: File,
+    lock: LockFile,
 }
 
 impl WriterLock {
@@ -141,54 +136,39 @@ impl WriterLock {
             lock: path.clone(),
             source,
         };
-        // Not truncated on open: until the lock is ours, the text is the
-        // holder's, and a refusal reads it. Never through a link, nor
-        // another user's file: this process's id is written into it. (The
-        // rule on its directory is not applied: a run journal lives where
-        // its user chose, often a directory shared with a group.)
-        let mut file = match trust::open(&path, trust::Access::Lock) {
-            Ok(opened) => opened.file,
-            Err(trust::TrustError::Refused(refusal)) => {
+        // The rule on its directory is not applied: a run journal lives
+        // where its user chose, often a directory shared with a group.
+        let mut lock = match LockFile::take(&path, Checks::FileOnly, PATIENCE) {
+            Ok(lock) => lock,
+            Err(LockError::Held(text)) => {
+                return Err(JournalError::InUse {
+                    path: journal.to_path_buf(),
+                    writer: Writer::parse(&text),
+                })
+            }
+            Err(LockError::Open(trust::TrustError::Refused(refusal))) => {
                 return Err(JournalError::UntrustedLock {
                     path: journal.to_path_buf(),
                     refusal,
                 })
             }
-            Err(trust::TrustError::Io { source, .. }) => return Err(failed(source)),
+            Err(
+                LockError::Open(trust::TrustError::Io { source, .. })
+                | LockError::Lock(source)
+                | LockError::Write(source),
+            ) => return Err(failed(source)),
         };
-        let give_up = Instant::now() + PATIENCE;
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) if Instant::now() < give_up => {
-                    std::thread::sleep(RETRY)
-                }
-                Err(TryLockError::WouldBlock) => {
-                    return Err(JournalError::InUse {
-                        path: journal.to_path_buf(),
-                        writer: read_writer(&mut file),
-                    })
-                }
-                Err(TryLockError::Error(source)) => return Err(failed(source)),
-            }
-        }
         let text = Writer::this_process().to_text();
-        let written = file
-            .set_len(0)
-            .and_then(|()| file.seek(SeekFrom::Start(0)))
-            .and_then(|_| file.write_all(text.as_bytes()));
-        written.map_err(failed)?;
-        Ok(WriterLock { file })
+        lock.write_holder(&text).map_err(failed)?;
+        Ok(WriterLock { lock })
     }
 }
 
 impl Drop for WriterLock {
     /// Empties the lock file before letting go, so that it names no
-    /// process once its run has ended. (A runner that is killed leaves its
-    /// name there; the lock, which the next runner gets, tells.)
+    /// process once its run has ended.
     fn drop(&mut self) {
-        let _ = self.file.set_len(0);
-        let _ = self.file.unlock();
+        self.lock.clear_holder();
     }
 }
 
@@ -202,41 +182,14 @@ impl Journal {
     /// starts in that instant waits for it (see [`Journal::open`]).
     pub fn writer(path: &Path) -> Result<Option<Writer>, JournalError> {
         let lock = lock_path(path);
-        let mut file = match File::open(&lock) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(JournalError::Lock {
-                    path: path.to_path_buf(),
-                    lock,
-                    source,
-                })
-            }
-        };
-        match file.try_lock_shared() {
-            Ok(()) => {
-                let _ = file.unlock();
-                Ok(None)
-            }
-            Err(TryLockError::WouldBlock) => Ok(Some(read_writer(&mut file))),
-            Err(TryLockError::Error(source)) => Err(JournalError::Lock {
+        match trust::lock::holder(&lock) {
+            Ok(text) => Ok(text.map(|text| Writer::parse(&text))),
+            Err(source) => Err(JournalError::Lock {
                 path: path.to_path_buf(),
                 lock,
                 source,
             }),
         }
-    }
-}
-
-/// What the lock file open as `file` says of its holder.
-fn read_writer(file: &mut File) -> Writer {
-    let mut text = String::new();
-    match file
-        .seek(SeekFrom::Start(0))
-        .and_then(|_| file.read_to_string(&mut text))
-    {
-        Ok(_) => Writer::parse(&text),
-        Err(_) => Writer::default(),
     }
 }
 

@@ -21,6 +21,10 @@
 //! and checked on the open file (`fstat`), so what is checked is what is
 //! used. Nothing is opened before its path has been looked at (`lstat`), so
 //! a device named by mistake is never opened at all.
+//!
+//! [`lock`] is the one lock-file type of the pool (the pool file's lock,
+//! the state directory's locks, a run journal's writer lock): an exclusive
+//! `flock` on a file opened as a trusted one.
 
 use std::ffi::CStr;
 use std::fmt;
@@ -29,6 +33,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, MetadataExt as _};
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+pub mod lock;
 
 /// What a path should be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

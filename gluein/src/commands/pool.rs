@@ -7,7 +7,7 @@
 //! on the same state directory has the same peer id and address, and
 //! writes the same pool file: members that knew it can find it again.
 //!
-//! The pool node hosts the job service ([`gluein::jobs`]): graphs handed
+//! The pool node hosts the job service ([`gluein::service::jobs`]): graphs handed
 //! to it with `constellation submit` run as jobs, each in a runner process
 //! of its own, and the state directory keeps the jobs across restarts.
 
@@ -21,9 +21,9 @@ use clap::{Args, Subcommand};
 use constellation::net::key::{self, KeyError};
 use constellation::net::{AppHandler, AppRequest, Multiaddr, Node, NodeConfig, PoolKey};
 use constellation::{ExecutorContext, Pool};
-use gluein::jobs::supervisor::DEFAULT_MAX_JOBS;
-use gluein::jobs::{JobService, ServiceConfig};
 use gluein::poolfile::{self, PoolFile, PoolFileLock, StateDir};
+use gluein::service::jobs::supervisor::DEFAULT_MAX_JOBS;
+use gluein::service::jobs::{JobService, ServiceConfig};
 use gluein::service::{self, ServiceRequest};
 use gluein::signals;
 

@@ -3,8 +3,19 @@
 //! so that the submitter may log out.
 //!
 //! - [`store`]: the job journal, `jobs.db` in the pool's state directory.
-//! - [`supervisor`]: answers the pool's service requests ([`crate::service`])
-//!   and starts, watches, cancels and restarts the runners.
+//! - [`supervisor`]: the job service itself ([`JobService`]): its state,
+//!   its lock on the state directory and its supervisor thread.
+//! - `decide`: its decisions apart from their effects: what becomes of a
+//!   job whose runner ended, what a cancel does (unit-tested without
+//!   processes).
+//! - `handlers`: the answers to the pool's service requests
+//!   ([`crate::service`]): submit, job, cancel.
+//! - `supervise`: the tick: reaps runners, settles their jobs, starts
+//!   queued ones. `recovery`: the jobs a previous pool node left running.
+//! - `runner`: the effects on a job's runner process: starting and
+//!   signalling it, `/proc`, its log.
+//! - `intake`: a submission checked and its files kept.
+//! - `counts`: what is read of a job's run journal and progress file.
 //!
 //! A job's runner is `constellation run --pool` itself, started with the
 //! job's own run journal (`STATE/jobs/ID/journal.db`): everything a run
@@ -25,8 +36,18 @@
 //! - `runner.log`: what its runners printed, each start headed by a line;
 //! - `progress.json`: the runner's counts while it runs.
 
+mod counts;
+mod decide;
+mod handlers;
+mod intake;
+mod recovery;
+mod runner;
 pub mod store;
+mod supervise;
 pub mod supervisor;
 
 pub use store::{JobRow, JobStore};
 pub use supervisor::{JobService, ServiceConfig};
+
+#[cfg(test)]
+mod tests;
