@@ -283,7 +283,7 @@ fn with_pool_file_advice(error: anyhow::Error) -> anyhow::Error {
 fn job_requests(jobs: Arc<OnceLock<JobService>>) -> AppHandler {
     Arc::new(move |request: AppRequest| {
         let Some(jobs) = jobs.get() else {
-            return Err("the pool node's job service is starting; try again".to_string());
+            return Err(service::SERVICE_STARTING.to_string());
         };
         let request: ServiceRequest = service::decode(&request.body)?;
         jobs.handle(request).map(|answer| service::encode(&answer))

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use constellation::net::{MasterState, Node};
-use gluein::service::{JobState, JobSummary, ServiceRequest, ServiceResponse};
+use gluein::service::{self, JobState, JobSummary, ServiceRequest, ServiceResponse};
 
 use super::{ask_master, join_as_observer, unexpected_answer, PoolAddress, ServiceError};
 
@@ -109,6 +109,7 @@ pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             Err(Polled::Stopped) => break Ok(stopped_waiting()),
+            Err(Polled::Starting) => {}
             Err(Polled::Failed(error)) => break Err(error),
             Err(Polled::Lost(_)) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 break Err(timed_out(&args, &waiting));
@@ -237,6 +238,9 @@ enum Polled {
     Stopped,
     /// The pool node is gone or does not answer: it may come back.
     Lost(String),
+    /// The pool node answers but its job service is still starting (it has
+    /// just restarted): no news, so the wait asks again at the next poll.
+    Starting,
     /// An answer that ends the wait: an unknown job, or one of the wrong kind.
     Failed(anyhow::Error),
 }
@@ -305,6 +309,9 @@ fn ask(
         }
         match answer.recv_timeout(Duration::from_millis(50)) {
             Ok(Ok(response)) => return Ok(response),
+            Ok(Err(ServiceError::Refused(reason))) if reason == service::SERVICE_STARTING => {
+                return Err(Polled::Starting)
+            }
             Ok(Err(ServiceError::Refused(reason))) => {
                 return Err(Polled::Failed(anyhow::anyhow!("{reason}")))
             }

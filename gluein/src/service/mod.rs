@@ -13,5 +13,5 @@ pub mod requests;
 
 pub use requests::{
     check_job_name, decode, encode, JobCounts, JobState, JobSubmission, JobSummary, ServiceRequest,
-    ServiceResponse, SubmittedFiles, MAX_JOB_NAME_BYTES,
+    ServiceResponse, SubmittedFiles, MAX_JOB_NAME_BYTES, SERVICE_STARTING,
 };

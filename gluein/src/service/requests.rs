@@ -99,6 +99,11 @@ pub struct SubmittedFiles {
 /// a person to read in `jobs`, and a longer one is data in the wrong place.
 pub const MAX_JOB_NAME_BYTES: usize = 200;
 
+/// The refusal a pool node gives while its job service is still starting
+/// (just after a restart): a client that polls, such as `wait`, asks again
+/// rather than taking it as an answer.
+pub const SERVICE_STARTING: &str = "the pool node's job service is starting; try again";
+
 /// Why `name` cannot name a job: empty, longer than
 /// [`MAX_JOB_NAME_BYTES`], or holding a control character (which would
 /// reach every terminal that lists the pool's jobs).
