@@ -1,8 +1,11 @@
 //! The core driven message by message, with plain strings as activity bodies.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::context::{Context, ContextList, ExecutorContext, Preference};
-use crate::id::IdIssuer;
+use crate::event::Event;
+use crate::id::{ActivityId, IdIssuer, NodeId};
 
 struct Harness {
     core: Scheduler<&'static str>,
