@@ -157,7 +157,11 @@ pub struct Counts {
     pub delivered: u64,
     /// Events that reached no activity.
     pub undeliverable: u64,
-    /// Activities that one executor took from another executor's queue.
+    /// Activities taken out of this scheduler by [`Scheduler::steal`] or
+    /// [`Scheduler::steal_off_node`].
+    ///
+    /// [`Scheduler::steal`]: super::Scheduler::steal
+    /// [`Scheduler::steal_off_node`]: super::Scheduler::steal_off_node
     pub stolen: u64,
 }
 

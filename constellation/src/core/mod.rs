@@ -13,7 +13,9 @@
 //! # Where work waits
 //! - Work submitted from outside waits in the node's shared queues.
 //! - Work an executor submits waits in that executor's own queues; it serves
-//!   them newest-first (depth-first), and other executors steal oldest-first.
+//!   them newest-first (depth-first). Other executors take it oldest-first
+//!   only by stealing ([`Scheduler::steal`], and [`shards::steal_for`] for a
+//!   node of one scheduler per executor).
 //! - Work that may not be stolen waits in the submitting executor's pinned
 //!   queues, and only that executor runs it.
 //! - An activity that has started stays on its executor: when an event wakes

@@ -270,6 +270,13 @@ impl<T> Scheduler<T> {
 
     /// The next call for `executor`, or `None` when it has nothing to do; it
     /// is then idle, and an [`Action::Run`] brings it work when some arrives.
+    ///
+    /// It takes, for each context it offers in priority order, its pinned
+    /// work, then its own newest, then the shared queues' oldest. It never
+    /// looks in another executor's own queues: work moves between executors
+    /// only through [`steal`](Self::steal) and [`accept`](Self::accept), as
+    /// [`shards::steal_for`](crate::core::shards::steal_for) does for a node
+    /// of one scheduler per executor.
     pub fn next_work(&mut self, executor: ExecutorIndex) -> Option<Work<T>> {
         if self.executors[executor].idle {
             // Asking again means the executor is awake, however it was woken.
@@ -306,17 +313,6 @@ impl<T> Scheduler<T> {
             }
             if taken.is_none() {
                 taken = self.take_from(QueueOwner::Shared, &offered, preference, End::Oldest);
-            }
-            let executors = self.executors.len();
-            for step in 1..executors {
-                if taken.is_some() {
-                    break;
-                }
-                let victim = (executor + step) % executors;
-                taken = self.take_from(QueueOwner::Own(victim), &offered, preference, End::Oldest);
-                if taken.is_some() {
-                    self.counts.stolen += 1;
-                }
             }
             if let Some(slot) = taken {
                 return Some(self.start(executor, slot));
