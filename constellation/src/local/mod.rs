@@ -61,7 +61,7 @@ mod builder;
 mod executor;
 mod park;
 mod pool;
-mod shards;
+mod pool_state;
 mod uplink;
 
 use crate::activity::Activity;

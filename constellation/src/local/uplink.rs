@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::shards::Effects;
+use super::pool_state::Effects;
 use super::{Boxed, Pool};
 use crate::context::ExecutorContext;
 use crate::core::shards;
