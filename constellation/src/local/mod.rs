@@ -59,6 +59,7 @@
 // machinery beneath them: the shards and the executor threads.
 mod builder;
 mod executor;
+mod export;
 mod park;
 mod pool;
 mod pool_state;
