@@ -1,13 +1,16 @@
 //! Micro-benchmarks for the sans-IO scheduler core, [`constellation::core::Scheduler`].
 //!
 //! The core has no threads and no I/O, so these measure scheduling logic
-//! only: queueing, taking work (own, shared, stolen, ranked), event delivery
-//! and the match table. Run with `cargo bench -p constellation --bench core`.
+//! only: queueing, taking work (own, shared, stolen between shards,
+//! ranked), event delivery and the match table. Run with `cargo bench -p constellation --bench core`.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use constellation::context::{Context, ContextList, ExecutorContext, Preference};
-use constellation::core::{Call, MatchTable, Origin, Outcome, Scheduler, Submission};
+use constellation::core::{
+    shards, Action, Call, MatchTable, Origin, Outcome, Scheduler, Submission,
+};
 use constellation::event::Event;
 use constellation::id::{ActivityId, IdIssuer, NodeId};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -94,39 +97,53 @@ fn submit_then_run(c: &mut Criterion) {
     group.finish();
 }
 
-/// Executor 0 submits `N` stealable activities to its own queue, then the
-/// idle executor 1 steals every one of them (oldest first) and finishes it.
-/// Measures submission to an executor's own queue plus the steal path of
-/// `next_work`, which first looks in executor 1's empty queues and the empty
-/// shared queue.
+/// Executor 0 submits `N` stealable activities to its own queue in its own
+/// shard; then executor 1, idle in the other shard, steals every one of them
+/// (oldest first) with [`shards::steal_for`], finishes it, and has the victim
+/// drop its forwarding pointer. This is how the local pool and the simulator
+/// move work between a node's executors, one single-executor scheduler each.
+/// Measures submission to an executor's own queue plus the steal path between
+/// shards, which first finds the thief's own shard empty.
 fn steal(c: &mut Criterion) {
     let ids = ids(N);
+    let anywhere = ExecutorContext::anywhere();
+    let pool = Arc::new(MatchTable::new(&[anywhere.clone(), anywhere.clone()]));
     let mut group = c.benchmark_group("core");
     group.throughput(Throughput::Elements(N));
     group.bench_function("steal", |b| {
         b.iter_batched(
             || {
-                let mut core = scheduler(vec![
-                    ExecutorContext::anywhere(),
-                    ExecutorContext::anywhere(),
-                ]);
+                let mut shards: Vec<Scheduler<u64>> = (0..2)
+                    .map(|_| Scheduler::in_pool(node(), vec![anywhere.clone()], pool.clone()))
+                    .collect();
                 // Executor 1 starts idle, as a thief would be.
-                assert!(core.next_work(1).is_none());
-                drain_actions(&mut core);
-                core
+                assert!(shards[1].next_work(0).is_none());
+                drain_actions(&mut shards[1]);
+                shards
             },
-            |mut core| {
+            |mut shards| {
                 for (body, &id) in (0u64..).zip(&ids) {
-                    core.submit(
-                        Origin::Executor(0),
-                        submission(id, body, ContextList::anywhere()),
-                    )
-                    .expect("an anywhere executor exists");
+                    shards[0]
+                        .submit(
+                            Origin::Executor(0),
+                            submission(id, body, ContextList::anywhere()),
+                        )
+                        .expect("an anywhere executor exists");
                 }
-                black_box(drain(&mut core, 1));
-                drain_actions(&mut core);
-                debug_assert_eq!(core.counts().stolen, N);
-                core
+                let mut sum = 0u64;
+                while let Some(work) = shards::steal_for(&mut shards[..], 1, &anywhere) {
+                    sum = sum.wrapping_add(work.body);
+                    shards[1].complete(work.ticket, Outcome::Finish);
+                    while let Some(action) = shards[1].poll_action() {
+                        if let Action::ForgetForwards { id, .. } = action {
+                            shards[0].forget_forward(id);
+                        }
+                    }
+                }
+                black_box(sum);
+                drain_actions(&mut shards[0]);
+                debug_assert_eq!(shards[0].counts().stolen, N);
+                shards
             },
             BatchSize::SmallInput,
         );

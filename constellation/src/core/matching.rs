@@ -7,7 +7,37 @@ use crate::context::{ContextList, ExecutorContext, RankRange};
 use crate::core::SubmitError;
 use crate::id::ActivityId;
 
-/// For each label, the rank ranges the executors offer under it.
+/// Which executors could ever run an activity: for each label, the
+/// executors that offer it and the rank range each offers under it.
+///
+/// Built once from the executors' contexts, indexed as given, and then only
+/// read: a [`Scheduler`](super::Scheduler) checks every submission against
+/// it ([`check`](Self::check)) and asks it which idle executors to offer new
+/// work to ([`executors_for`](Self::executors_for)). Rebuild it when an
+/// executor is relabelled. Outside the core, the CLI checks a graph's
+/// activities against a pool's executors with it before running anything.
+///
+/// A [`new`](Self::new) table accepts only what one of its executors
+/// matches; an [`open`](Self::open) table, the admission table of a node in
+/// a networked pool, also accepts unpinned work that none here matches.
+///
+/// ```
+/// use constellation::context::{ContextList, ExecutorContext};
+/// use constellation::core::MatchTable;
+/// use constellation::id::{IdIssuer, NodeId};
+///
+/// let executors: Vec<ExecutorContext> = vec!["CPU".parse()?, "GPU,CPU".parse()?];
+/// let table = MatchTable::new(&executors);
+/// let gpu: ContextList = "GPU".parse()?;
+/// assert_eq!(table.executors_for(&gpu).collect::<Vec<_>>(), [1]);
+///
+/// let id = IdIssuer::new(NodeId::from_u128(1), 0).issue();
+/// assert!(table.check(id, &gpu, None).is_ok());
+/// assert!(table.check(id, &gpu, Some(0)).is_err(), "pinned to the CPU executor");
+/// assert!(table.check(id, &"FPGA".parse()?, None).is_err());
+/// assert!(MatchTable::open(&executors).check(id, &"FPGA".parse()?, None).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct MatchTable {
     /// Indexed by label: (executor index, offered range or `None` for any rank).
@@ -20,7 +50,8 @@ pub struct MatchTable {
 }
 
 impl MatchTable {
-    /// The table for these executors, indexed as given.
+    /// The table for these executors, indexed as given: executor `i` of the
+    /// table is `executors[i]`. It accepts only work one of them matches.
     pub fn new(executors: &[ExecutorContext]) -> Self {
         let mut table = MatchTable {
             offered: describe_executors(executors.iter()),
@@ -39,7 +70,12 @@ impl MatchTable {
     }
 
     /// Refuses `contexts` unless some executor can run them — or, for work
-    /// that may not leave executor `pinned_to`, unless that one can.
+    /// that may not leave executor `pinned_to`, unless that one can. An
+    /// [`open`](Self::open) table accepts any unpinned work.
+    ///
+    /// # Errors
+    /// [`SubmitError::NoSuitableExecutor`] for activity `id`, naming what
+    /// the executors offer.
     pub fn check(
         &self,
         id: ActivityId,
@@ -85,7 +121,10 @@ impl MatchTable {
         self.executors_for(list).any(|index| index == executor)
     }
 
-    /// Executors that match `list`; an executor may appear more than once.
+    /// Executors that match `list`, by index: those matching its first
+    /// context first, then its second, and so on, so a priority list gives
+    /// its earlier contexts the first offer. An executor may appear more
+    /// than once. An [`open`](Self::open) table lists only its own executors.
     pub fn executors_for<'a>(&'a self, list: &'a ContextList) -> impl Iterator<Item = usize> + 'a {
         list.items().iter().flat_map(move |wanted| {
             self.by_label

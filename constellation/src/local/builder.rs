@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::executor::executor_main;
 use super::park::{CachePadded, Parker};
-use super::shards::{Handoff, Shard, Shared, MAX_EXECUTORS};
+use super::pool_state::{Handoff, PoolState, Shard, MAX_EXECUTORS};
 use super::{Pool, Uplink};
 use crate::context::ExecutorContext;
 use crate::core::{MatchTable, Scheduler};
@@ -108,7 +108,7 @@ impl PoolBuilder {
                 outside_ids: CachePadded(AtomicU64::new(0)),
             })
             .collect();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PoolState {
             node,
             started: Instant::now(),
             matcher: ArcSwap::new(matcher),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::park::Spin;
-use super::shards::{own_slot, Effects, Shared};
+use super::pool_state::{own_slot, Effects, PoolState};
 use super::Boxed;
 use crate::activity::{panic_message, ActivityCx, Outbox, Step};
 use crate::context::{ContextList, ExecutorContext};
@@ -17,7 +17,7 @@ use crate::resources::Resources;
 use crate::trace::{CallEnd, CallKind, TraceRecord};
 
 pub(super) fn executor_main(
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     index: usize,
     mut context: ExecutorContext,
     resources: Arc<Resources>,
@@ -40,7 +40,7 @@ pub(super) fn executor_main(
         }
         // Events for other shards are delivered after this shard's session,
         // so the unit of the call that just completed can pay for the
-        // activity they ready (see `Shared::session`).
+        // activity they ready (see `PoolState::session`).
         away.extend(
             outbox
                 .sent
@@ -131,7 +131,7 @@ enum Found {
 /// What an executor does when its own shard has nothing: take work handed
 /// to it, steal, spin a little, and at last announce itself idle and park.
 fn wait_for_work(
-    shared: &Shared,
+    shared: &PoolState,
     index: usize,
     context: &ExecutorContext,
     relabels_seen: u64,
@@ -204,7 +204,7 @@ fn wait_for_work(
 }
 
 fn run_call(
-    shared: &Shared,
+    shared: &PoolState,
     index: usize,
     context: &ExecutorContext,
     resources: &Resources,

@@ -59,9 +59,10 @@
 // machinery beneath them: the shards and the executor threads.
 mod builder;
 mod executor;
+mod export;
 mod park;
 mod pool;
-mod shards;
+mod pool_state;
 mod uplink;
 
 use crate::activity::Activity;

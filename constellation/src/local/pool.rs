@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::builder::PoolBuilder;
-use super::shards::{outside_slot, Effects, Shared};
+use super::pool_state::{outside_slot, Effects, PoolState};
 use super::uplink::Arrival;
 use super::Boxed;
 use crate::activity::Activity;
@@ -51,7 +51,7 @@ pub struct RunSummary {
 
 /// A pool of executor threads in this process.
 pub struct Pool {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<PoolState>,
     pub(super) threads: Vec<JoinHandle<Vec<TraceRecord>>>,
     pub(super) address: ActivityId,
 }

@@ -1,7 +1,8 @@
-//! The shards: one scheduler per executor behind its own lock, and what
-//! every thread of the pool shares: sessions on a shard with their credit
-//! accounting, routing of events between shards, stealing between them,
-//! waking idle executors, and the pool-wide count of unfinished work.
+//! What every thread of a pool shares, its [`PoolState`]: the shards (one
+//! scheduler per executor behind its own lock), sessions on a shard with
+//! their credit accounting, routing of events between shards, stealing
+//! between them, waking idle executors, and the pool-wide count of
+//! unfinished work.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -69,7 +70,11 @@ pub(super) struct Handoff {
     pub(super) idle: CachePadded<AtomicBool>,
 }
 
-pub(super) struct Shared {
+/// The state every thread of one pool shares: the user's [`Pool`] handle,
+/// each executor thread and the network driver's calls all hold it.
+///
+/// [`Pool`]: super::Pool
+pub(super) struct PoolState {
     pub(super) node: NodeId,
     pub(super) started: Instant,
     /// Which executors could run what, over the whole pool. Swapped, not
@@ -114,7 +119,7 @@ pub(super) struct Shared {
     pub(super) trace: bool,
 }
 
-impl Shared {
+impl PoolState {
     pub(super) fn handoffs(&self) -> &[Handoff] {
         // Executor threads may ask before `start` has stored the handoffs.
         loop {
@@ -144,7 +149,7 @@ impl Shared {
     /// early, and an event hop that readies one activity as another
     /// suspends touches the shared count not at all.
     ///
-    /// [`settle`]: Shared::settle
+    /// [`settle`]: PoolState::settle
     pub(super) fn session<R>(
         &self,
         index: usize,
@@ -406,7 +411,7 @@ impl Shared {
     }
 
     /// The shards as the core's steal loops enter them: each entry is a
-    /// [`session`](Shared::session) of one operation, with its credit and
+    /// [`session`](PoolState::session) of one operation, with its credit and
     /// effects.
     pub(super) fn sessions<'a>(
         &'a self,
@@ -438,7 +443,7 @@ impl Shared {
 /// One operation's way into the shards, for [`shards::steal_for`] and
 /// [`shards::export`].
 pub(super) struct Sessions<'a> {
-    shared: &'a Shared,
+    shared: &'a PoolState,
     credit: &'a mut i64,
     effects: &'a mut Effects,
 }
