@@ -4,6 +4,8 @@
 //! context matching. The scenario tests, the `fib` demo and the benchmarks
 //! all run these.
 
+#![warn(unreachable_pub)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -10,6 +10,8 @@
 //! - `mpi` (feature `mpi`): an executor that spans an MPI communicator, and
 //!   activities that launch external MPI programs.
 
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "cuda")]
 pub mod gpu;
 #[cfg(feature = "mpi")]

@@ -8,6 +8,8 @@
 //! - [`service`]: the pool's service side: the job service and its requests.
 //! - [`signals`]: SIGINT and SIGTERM as a flag, to leave a pool cleanly.
 
+#![warn(unreachable_pub)]
+
 pub mod glidein;
 pub mod poolfile;
 pub mod service;

@@ -1,5 +1,7 @@
 //! The `constellation` command.
 
+#![warn(unreachable_pub)]
+
 mod commands;
 
 use std::process::ExitCode;

@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// A whole graph file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGraph {
+pub(crate) struct RawGraph {
     /// The entries, in file order.
     #[serde(default, rename = "activity")]
     pub activities: Vec<RawEntry>,
@@ -19,7 +19,7 @@ pub struct RawGraph {
 /// One `[[activity]]` entry: one activity, or many with `for`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEntry {
+pub(crate) struct RawEntry {
     /// The id, with `{var}` placeholders if the entry has `for`.
     pub id: String,
     /// An executable and no shell.
@@ -79,7 +79,7 @@ pub enum RawDuration {
 /// The values of one sweep variable.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum RawValues {
+pub(crate) enum RawValues {
     /// `"1..=1052"` or `"0..8"`.
     Range(String),
     /// `["r", "g", "i"]` or `[1, 2, 3]`.
@@ -93,7 +93,7 @@ pub enum RawValues {
 
 /// Byte ranges of an entry and its fields in the TOML text.
 #[derive(Debug, Clone, Default)]
-pub struct EntrySpans {
+pub(crate) struct EntrySpans {
     /// The whole entry.
     pub entry: Option<Range<usize>>,
     /// Each field's value, by field name.
@@ -127,7 +127,7 @@ struct AfterItems {
 
 /// Where each entry's fields stand in `text`; empty if `text` is not TOML
 /// of the expected shape (the main parse reports that).
-pub fn toml_spans(text: &str) -> Vec<EntrySpans> {
+pub(crate) fn toml_spans(text: &str) -> Vec<EntrySpans> {
     let Ok(doc) = toml::from_str::<SpanDoc>(text) else {
         return Vec::new();
     };

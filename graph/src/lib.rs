@@ -34,6 +34,8 @@
 //! where needed ([`shell_word`]), so a value is never read as code;
 //! `{name:raw}` puts the text in as it is. Other fields are not quoted.
 
+#![warn(unreachable_pub)]
+
 mod coordinator;
 mod file;
 mod graph;

@@ -26,6 +26,8 @@
 //! `read` answers resumes and reports, `rows` holds the records going in
 //! and out, and `error` says what went wrong.
 
+#![warn(unreachable_pub)]
+
 mod error;
 mod lock;
 mod open;

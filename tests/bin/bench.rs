@@ -3,6 +3,8 @@
 //! is the median of `BENCH_RUNS` runs (default 5); every run's figure goes to
 //! stderr.
 
+#![warn(unreachable_pub)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,8 @@
 //! The main job until the supernova demo exists: fib(n) by divide and
 //! conquer on the embedded local pool.
 
+#![warn(unreachable_pub)]
+
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};

@@ -5,6 +5,8 @@
 //! Lines: `{"event":"listening",...}` once it listens, `{"event":"result",...}`
 //! per workload, and `{"event":"stats",...}` just before it exits.
 
+#![warn(unreachable_pub)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;

@@ -30,6 +30,8 @@
 //! of the same format, `20261125T141211Z`, for file and directory names
 //! (no colons, which some file systems and tools refuse).
 
+#![warn(unreachable_pub)]
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jiff::fmt::friendly::SpanParser;

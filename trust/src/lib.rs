@@ -26,6 +26,8 @@
 //! the state directory's locks, a run journal's writer lock): an exclusive
 //! `flock` on a file opened as a trusted one.
 
+#![warn(unreachable_pub)]
+
 use std::ffi::CStr;
 use std::fmt;
 use std::fs::{File, Metadata, OpenOptions};

@@ -16,7 +16,7 @@ use supernova::eval::{self, scenarios, steps::StepModel, Profile};
 
 /// What to evaluate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum What {
+pub(crate) enum What {
     /// Four heterogeneous clusters, four context configurations (Tables 2, 3).
     Scenario1,
     /// One 48-core machine: monolithic configurations against many-task (Figure 9).
@@ -36,7 +36,7 @@ pub enum What {
 
 /// Which step profile to run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProfileArg {
+pub(crate) enum ProfileArg {
     /// Our pipeline's measured step times.
     Measured,
     /// Step 7.2 weighted to 90% of a pair, as in the paper.
@@ -59,7 +59,7 @@ scripts/eval/measure-steps.sh), scaled once so the 30 largest pairs take
 820 s on average as in the paper. With --out, each configuration's first
 seed is written as a run journal plus utilization plot, which
 `constellation report` reads like a real run's.")]
-pub struct EvalArgs {
+pub(crate) struct EvalArgs {
     /// What to evaluate.
     #[arg(value_enum, required = true)]
     what: Vec<What>,
@@ -88,7 +88,7 @@ pub struct EvalArgs {
 
 /// Arguments of `supernova eval-site`, one site's process of an emulated run.
 #[derive(Args)]
-pub struct SiteArgs {
+pub(crate) struct SiteArgs {
     /// The site this process plays.
     #[arg(long)]
     site: String,
@@ -101,13 +101,13 @@ pub struct SiteArgs {
 }
 
 /// Serves one site of an emulated run until its master leaves.
-pub fn site(args: SiteArgs) -> Result<ExitCode> {
+pub(crate) fn site(args: SiteArgs) -> Result<ExitCode> {
     eval::emulate::serve_site(&args.site, &args.join, args.placement)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs the chosen evaluations and prints their tables.
-pub fn main(args: EvalArgs) -> Result<ExitCode> {
+pub(crate) fn main(args: EvalArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.seeds >= 1, "--seeds must be at least 1");
     let seeds: Vec<u64> = (1..=args.seeds).collect();
     let manifest = scenarios::paper_dataset(args.dataset_seed);

@@ -19,6 +19,8 @@
 //!   many-task version as a graph of step scripts), [`record`] (journal and
 //!   time per step).
 
+#![warn(unreachable_pub)]
+
 pub mod activities;
 pub mod align;
 pub mod background;

@@ -2,6 +2,8 @@
 //! pipeline on it in any of its three versions, score it, and run single
 //! steps for the step scripts.
 
+#![warn(unreachable_pub)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -14,14 +14,14 @@ use crate::testutil::{random_field, render, Epoch, Psf, Thing};
 use crate::tiles::{split, TileParams};
 
 /// What the chain produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub alignment: Alignment,
     pub candidates: Vec<Candidate>,
 }
 
 /// Steps 2 to 8 in memory with default parameters: the library functions
 /// that `steps` runs on files, without the files.
-pub fn run(a: &Image, b: &Image, gain: f32) -> Outcome {
+pub(crate) fn run(a: &Image, b: &Image, gain: f32) -> Outcome {
     let det_a = detect(a, &DetectParams::default()).expect("detect A");
     let det_b = detect(b, &DetectParams::default()).expect("detect B");
     let alignment = align(&det_a, &det_b, &AlignParams::default()).expect("align");

@@ -66,7 +66,7 @@ struct Window {
 
 impl Canvas {
     /// A canvas filled with a flat sky level.
-    pub fn new(width: usize, height: usize, sky: f64) -> Canvas {
+    pub(crate) fn new(width: usize, height: usize, sky: f64) -> Canvas {
         Canvas {
             width,
             height,
@@ -102,7 +102,7 @@ impl Canvas {
 
 impl Psf {
     /// Gaussian-equivalent sigma, FWHM / 2.3548.
-    pub fn sigma(&self) -> f64 {
+    pub(crate) fn sigma(&self) -> f64 {
         self.fwhm / FWHM_PER_SIGMA
     }
 
@@ -111,7 +111,7 @@ impl Psf {
     /// `n · sqrt(area)`. `4πσ²` for a Gaussian; for a Moffat profile
     /// `πα² (2β − 1) / (β − 1)²`, larger than a Gaussian's of the same
     /// FWHM because of its wings.
-    pub fn noise_equivalent_area(&self) -> f64 {
+    pub(crate) fn noise_equivalent_area(&self) -> f64 {
         match self.shape {
             PsfShape::Gaussian => 4.0 * PI * self.sigma().powi(2),
             PsfShape::Moffat { beta } => {
@@ -127,7 +127,7 @@ impl Psf {
     }
 
     /// Fraction of the flux per px² at squared radius `r2` (unit integral).
-    pub fn density(&self, r2: f64) -> f64 {
+    pub(crate) fn density(&self, r2: f64) -> f64 {
         match self.shape {
             PsfShape::Gaussian => {
                 let s2 = self.sigma().powi(2);
@@ -142,7 +142,7 @@ impl Psf {
 
     /// The radius beyond which a source of `flux` adds less than `level`
     /// ADU per px² (0 if it never reaches `level`).
-    pub fn radius_above(&self, flux: f64, level: f64) -> f64 {
+    pub(crate) fn radius_above(&self, flux: f64, level: f64) -> f64 {
         let ratio = flux * self.density(0.0) / level;
         if ratio <= 1.0 {
             return 0.0;
@@ -157,7 +157,7 @@ impl Psf {
 
     /// Peak pixel value of a centred source of `flux` (ADU), ignoring
     /// pixelisation: what decides saturation.
-    pub fn peak(&self, flux: f64) -> f64 {
+    pub(crate) fn peak(&self, flux: f64) -> f64 {
         flux * self.density(0.0)
     }
 
@@ -170,7 +170,7 @@ impl Psf {
     }
 
     /// Adds a point source of total `flux` (ADU) centred at `(x, y)`.
-    pub fn add_point(&self, canvas: &mut Canvas, x: f64, y: f64, flux: f64) {
+    pub(crate) fn add_point(&self, canvas: &mut Canvas, x: f64, y: f64, flux: f64) {
         let Some(win) = canvas.window(x, y, self.cutout_radius(flux)) else {
             return;
         };

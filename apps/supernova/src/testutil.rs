@@ -6,22 +6,22 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// The tests' random number generator.
-pub type TestRng = ChaCha8Rng;
+pub(crate) type TestRng = ChaCha8Rng;
 
 /// A seeded generator.
-pub fn rng(seed: u64) -> TestRng {
+pub(crate) fn rng(seed: u64) -> TestRng {
     ChaCha8Rng::seed_from_u64(seed)
 }
 
 /// One standard normal deviate (Box–Muller).
-pub fn normal(r: &mut TestRng) -> f64 {
+pub(crate) fn normal(r: &mut TestRng) -> f64 {
     let u1: f64 = r.gen_range(f64::EPSILON..1.0);
     let u2: f64 = r.gen::<f64>();
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 /// Adds Gaussian noise of σ `sigma` to every finite pixel.
-pub fn add_noise(img: &mut Image, sigma: f64, r: &mut TestRng) {
+pub(crate) fn add_noise(img: &mut Image, sigma: f64, r: &mut TestRng) {
     for p in img.pixels_mut() {
         *p += (sigma * normal(r)) as f32;
     }
@@ -29,7 +29,7 @@ pub fn add_noise(img: &mut Image, sigma: f64, r: &mut TestRng) {
 
 /// Adds Poisson (Gaussian approximation) plus read noise: variance
 /// `value / gain + (read_noise_e / gain)²` in ADU².
-pub fn add_ccd_noise(img: &mut Image, gain: f64, read_noise_e: f64, r: &mut TestRng) {
+pub(crate) fn add_ccd_noise(img: &mut Image, gain: f64, read_noise_e: f64, r: &mut TestRng) {
     for p in img.pixels_mut() {
         let v = (*p as f64).max(0.0);
         let var = v / gain + (read_noise_e / gain).powi(2);
@@ -38,7 +38,7 @@ pub fn add_ccd_noise(img: &mut Image, gain: f64, read_noise_e: f64, r: &mut Test
 }
 
 /// erf to 1.5e-7 (Abramowitz & Stegun 7.1.26).
-pub fn erf(x: f64) -> f64 {
+pub(crate) fn erf(x: f64) -> f64 {
     let s = x.signum();
     let x = x.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
@@ -57,7 +57,7 @@ fn pixel_fraction(i: i64, c: f64, s: f64) -> f64 {
 }
 
 /// Adds a pixel-integrated circular Gaussian of total `flux`.
-pub fn gaussian_star(img: &mut Image, x: f64, y: f64, flux: f64, sigma: f64) {
+pub(crate) fn gaussian_star(img: &mut Image, x: f64, y: f64, flux: f64, sigma: f64) {
     let r = (6.0 * sigma).ceil() as i64 + 1;
     let (w, h) = (img.width() as i64, img.height() as i64);
     let (cx, cy) = (x.round() as i64, y.round() as i64);
@@ -76,28 +76,28 @@ pub fn gaussian_star(img: &mut Image, x: f64, y: f64, flux: f64, sigma: f64) {
 
 /// The PSF of one epoch.
 #[derive(Debug, Clone, Copy)]
-pub enum Psf {
+pub(crate) enum Psf {
     /// Gaussian of this FWHM (px).
     Gaussian(f64),
 }
 
 impl Psf {
     /// FWHM in px.
-    pub fn fwhm(&self) -> f64 {
+    pub(crate) fn fwhm(&self) -> f64 {
         match *self {
             Psf::Gaussian(f) => f,
         }
     }
 
     /// Adds a point source of `flux` at `(x, y)`.
-    pub fn add_star(&self, img: &mut Image, x: f64, y: f64, flux: f64) {
+    pub(crate) fn add_star(&self, img: &mut Image, x: f64, y: f64, flux: f64) {
         match *self {
             Psf::Gaussian(f) => gaussian_star(img, x, y, flux, f / 2.354_820_045),
         }
     }
 
     /// The PSF integrated over the pixels of a `(2r+1)²` stamp, sum 1.
-    pub fn stamp(&self, r: usize) -> Vec<f64> {
+    pub(crate) fn stamp(&self, r: usize) -> Vec<f64> {
         let n = 2 * r + 1;
         let mut img = Image::new(n, n);
         self.add_star(&mut img, r as f64, r as f64, 1.0);
@@ -108,7 +108,7 @@ impl Psf {
 
 /// An object of a simulated field, in A's pixel frame.
 #[derive(Debug, Clone, Copy)]
-pub enum Thing {
+pub(crate) enum Thing {
     /// A star; `flux_b` differs from `flux` for a variable.
     Star {
         x: f64,
@@ -132,7 +132,7 @@ pub enum Thing {
 
 /// How one epoch is observed.
 #[derive(Debug, Clone, Copy)]
-pub struct Epoch {
+pub(crate) struct Epoch {
     /// The PSF.
     pub psf: Psf,
     /// Sky level, ADU.
@@ -149,7 +149,7 @@ pub struct Epoch {
 
 /// Renders one epoch of `things` with CCD noise (gain 2, read noise 5 e-)
 /// and saturation at 60000 ADU.
-pub fn render(w: usize, h: usize, things: &[Thing], ep: &Epoch, seed: u64) -> Image {
+pub(crate) fn render(w: usize, h: usize, things: &[Thing], ep: &Epoch, seed: u64) -> Image {
     let mut img = Image::new(w, h);
     let psf_stamp_r = (4.0 * ep.psf.fwhm()).ceil() as usize;
     let kernel = ep.psf.stamp(psf_stamp_r);
@@ -277,7 +277,7 @@ fn add_galaxy(
 /// A random field of `w × h` px in A's frame: stars (power-law fluxes,
 /// density per Mpx), galaxies, some variables, and supernovae near
 /// galaxies with flux set by `sn_flux(i)`.
-pub fn random_field(
+pub(crate) fn random_field(
     w: usize,
     h: usize,
     stars_per_mpx: f64,
@@ -343,7 +343,7 @@ pub fn random_field(
 /// --max-size MAX` writes its pair `index + 1` (the scene does not depend
 /// on how many pairs are generated): the drawn scene with its truth, and
 /// the rendered images A and B.
-pub fn generated_pair(
+pub(crate) fn generated_pair(
     seed: u64,
     min_size: usize,
     max_size: usize,

@@ -13,6 +13,8 @@
 //! `--main-panics`, rank 0's main program panics after one M-task: every
 //! rank must still shut down, and rank 0 exit with an error.
 
+#![warn(unreachable_pub)]
+
 use std::collections::HashMap;
 use std::fmt;
 use std::process::ExitCode;

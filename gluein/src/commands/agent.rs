@@ -71,7 +71,7 @@ dies is waited for (--reconnect), and rejoined if it comes back.
 
 The executors get the probed labels (cpu, cores=N, mem=G, host:NAME,
 site:NAME, gpu...) after yours, and `anywhere` last.")]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     #[command(flatten)]
     address: super::PoolAddress,
     /// Executors (each runs one activity at a time), at least 1. Default:
@@ -145,7 +145,7 @@ enum Leaving {
 }
 
 /// Joins the pool and serves until told or timed to leave.
-pub fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let joining = poolfile::joining(&args.address.pool, args.address.key_file.as_deref())?;
     let listen = match &args.listen {

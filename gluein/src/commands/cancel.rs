@@ -22,7 +22,7 @@ activity that had not finished is recorded as cancelled in the job's
 journal, and the job becomes `cancelled`. That takes a few seconds: the
 state printed here may still be `running`; `constellation wait ID` waits
 for the end. Cancelling a job that has ended changes nothing.")]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The job's id, as `submit` printed it.
     id: u64,
     #[command(flatten)]
@@ -39,7 +39,7 @@ struct CancelJson<'a> {
 }
 
 /// Cancels the job.
-pub fn main(args: CancelArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Cancel { id: args.id };
     let job = match args.service.ask(&request)? {
         ServiceResponse::Job { job } => job,

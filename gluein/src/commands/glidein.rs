@@ -24,7 +24,7 @@ Examples:
 Each pilot gets a directory under $CONSTELLATION_HOME/allocations (default
 ~/.constellation/allocations) with its script, job id, state, stdout and
 stderr; the last 20 are kept. Agents leave before the walltime ends.")]
-pub struct GlideinArgs {
+pub(crate) struct GlideinArgs {
     /// Longest wait for each query (squeue, scontrol, qstat, ssh) and cancel
     /// command (scancel, qdel, cancel.sh), default 30s; one that takes
     /// longer is killed and reported. Submissions are never cut short: a
@@ -133,7 +133,7 @@ struct SshArgs {
 }
 
 /// Runs a glidein subcommand.
-pub fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: GlideinArgs) -> anyhow::Result<ExitCode> {
     let root = alloc::default_root()?;
     // Submissions run as long as they take (see --command-timeout);
     // queries and cancels get the limit.

@@ -30,7 +30,7 @@ WAIT counts activities not finished and not running, RUN those running
 now, DONE, FAIL and CANC those that succeeded, failed, or were cancelled
 (after a failure upstream, or with the job), TOTAL all of the graph's.
 Times are UTC. `constellation job ID` lists a job's activities.")]
-pub struct JobsArgs {
+pub(crate) struct JobsArgs {
     #[command(flatten)]
     service: ServiceAddress,
     /// Also list jobs that ended (succeeded, failed, cancelled).
@@ -53,7 +53,7 @@ The activities come from the job's journal, read-only, on the file system
 the pool node writes it to. ATTEMPTS counts every execution in every run of
 the journal (a resume after a restart adds a run); NODE is where the last
 one ran.")]
-pub struct JobArgs {
+pub(crate) struct JobArgs {
     /// The job's id, as `submit` printed it.
     id: u64,
     #[command(flatten)]
@@ -70,7 +70,7 @@ struct JobsJson<'a> {
 }
 
 /// Lists the jobs.
-pub fn jobs_main(args: JobsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn jobs_main(args: JobsArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Jobs { all: args.all };
     let jobs = match args.service.ask(&request)? {
         ServiceResponse::Jobs { jobs } => jobs,
@@ -155,7 +155,7 @@ struct JobJson<'a> {
 }
 
 /// Shows one job and its activities.
-pub fn job_main(args: JobArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn job_main(args: JobArgs) -> anyhow::Result<ExitCode> {
     let request = ServiceRequest::Job { id: args.id };
     let job = match args.service.ask(&request)? {
         ServiceResponse::Job { job } => job,

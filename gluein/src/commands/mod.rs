@@ -1,19 +1,19 @@
 //! One module per subcommand.
 
-pub mod agent;
-pub mod cancel;
-pub mod glidein;
-pub mod jobs;
-pub mod output;
-pub mod pool;
-pub mod probe;
-pub mod relabel;
-pub mod report;
-pub mod run;
-pub mod runs;
-pub mod status;
-pub mod submit;
-pub mod wait;
+pub(crate) mod agent;
+pub(crate) mod cancel;
+pub(crate) mod glidein;
+pub(crate) mod jobs;
+pub(crate) mod output;
+pub(crate) mod pool;
+pub(crate) mod probe;
+pub(crate) mod relabel;
+pub(crate) mod report;
+pub(crate) mod run;
+pub(crate) mod runs;
+pub(crate) mod status;
+pub(crate) mod submit;
+pub(crate) mod wait;
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ fn user_labels(option: Option<&str>) -> anyhow::Result<Vec<Context>> {
 
 /// Which pool to join, for the commands that join one as a member.
 #[derive(clap::Args)]
-pub struct PoolAddress {
+pub(crate) struct PoolAddress {
     /// The pool: a pool file from `constellation pool start`, or an address.
     #[arg(
         long,
@@ -54,7 +54,7 @@ pub struct PoolAddress {
 /// arguments of the commands that ask it once (`submit`, `jobs`, `job`,
 /// `cancel`).
 #[derive(clap::Args)]
-pub struct ServiceAddress {
+pub(crate) struct ServiceAddress {
     #[command(flatten)]
     pub address: PoolAddress,
     /// How long to wait for the pool, and for its answer.

@@ -24,7 +24,7 @@ It prints the output exactly as the command wrote it, bytes and all,
 whether the run kept it in files (--output files) or in stream files
 (--output stream). By default: the latest attempt of the latest run that
 ran the activity.")]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// The run: its directory (constellation-runs/NAME-TIME) or its
     /// journal.db.
     run: PathBuf,
@@ -43,7 +43,7 @@ pub struct OutputArgs {
 }
 
 /// Prints the chosen attempt's output.
-pub fn main(args: OutputArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: OutputArgs) -> anyhow::Result<ExitCode> {
     let journal_path = journal_path(&args.run)?;
     let journal = Journal::open_read_only(&journal_path)?;
     let attempts = journal.attempts_of(&args.id)?;

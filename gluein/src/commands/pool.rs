@@ -29,7 +29,7 @@ use gluein::signals;
 
 /// Arguments of `constellation pool`.
 #[derive(Args)]
-pub struct PoolArgs {
+pub(crate) struct PoolArgs {
     #[command(subcommand)]
     command: PoolCommand,
 }
@@ -84,7 +84,7 @@ others are resumed; what their journals call done stays done.
 The pool runs until Ctrl-C or SIGTERM; it then stops the jobs' runners
 (their jobs resume at the next start on this state directory), leaves the
 pool and removes the pool file.")]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     /// Where to listen. The default takes every interface and a free port
     /// (the port of the last start on this state directory, if still free).
     #[arg(long, default_value = "/ip4/0.0.0.0/tcp/0", value_name = "MULTIADDR")]
@@ -126,7 +126,7 @@ pub(super) fn at_least_one(text: &str) -> Result<usize, String> {
 const RUNNERS_STOP_WAIT: Duration = Duration::from_secs(20);
 
 /// Starts the pool node and serves until stopped.
-pub fn main(args: PoolArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: PoolArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         PoolCommand::Start(start) => serve(start),
     }

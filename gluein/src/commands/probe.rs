@@ -7,7 +7,7 @@ use executors::probe::{Hardware, SITE_VAR};
 
 /// Arguments of `constellation probe`.
 #[derive(Args)]
-pub struct ProbeArgs {
+pub(crate) struct ProbeArgs {
     /// The site this machine belongs to; adds a `site:NAME` label.
     #[arg(long, env = SITE_VAR)]
     site: Option<String>,
@@ -17,7 +17,7 @@ pub struct ProbeArgs {
 }
 
 /// Probes the hardware and prints it with the labels executors would get.
-pub fn main(args: ProbeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let hardware = Hardware::probe(args.site.as_deref());
     if args.json {
         let labels: Vec<String> = hardware.labels().iter().map(ToString::to_string).collect();

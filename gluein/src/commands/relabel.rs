@@ -28,7 +28,7 @@ probed ones and `anywhere` are dropped unless you list them (`constellation
 status` shows what each offers now). Their rank preference is kept.
 Queued work the new labels do not match stays for executors that do;
 activities already started finish where they are.")]
-pub struct RelabelArgs {
+pub(crate) struct RelabelArgs {
     #[command(flatten)]
     address: super::PoolAddress,
     /// The agent: its MEMBER id from `constellation status` (any unique
@@ -52,7 +52,7 @@ pub struct RelabelArgs {
 }
 
 /// Resolves the agent, sends it the new labels, and says what changed.
-pub fn main(args: RelabelArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: RelabelArgs) -> anyhow::Result<ExitCode> {
     let labels = user_labels(Some(&args.context))?;
     if labels.is_empty() {
         bail!("--context names no labels; give at least one, e.g. --context gpu");

@@ -21,7 +21,7 @@ Examples:
 
 With --job, the job's journal is asked of the pool's job service and read
 where the pool node keeps it (a file system this machine shares).")]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The run's journal, as `constellation run` printed it.
     #[arg(required_unless_present = "job", conflicts_with = "job")]
     journal: Option<PathBuf>,
@@ -51,13 +51,13 @@ pub struct ReportArgs {
 impl ReportArgs {
     /// Whether the report asks the pool for a job's journal (`--job`), and
     /// so talks to other nodes over the network.
-    pub fn asks_a_pool(&self) -> bool {
+    pub(crate) fn asks_a_pool(&self) -> bool {
         self.job.is_some()
     }
 }
 
 /// Prints the report, and draws the plot if asked.
-pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let path = match (&args.journal, args.job) {
         (Some(path), _) => path.clone(),
         (None, Some(id)) => job_journal(&args, id)?,

@@ -35,7 +35,7 @@ STATUS is that of the journal's latest run (a resume adds a run):
 STARTED and DURATION are the latest run's; DONE, FAILED and TOTAL count the
 journal's activities as they stand. constellation-runs/latest names the
 newest run directory.")]
-pub struct RunsArgs {
+pub(crate) struct RunsArgs {
     /// The directory of runs to list.
     #[arg(default_value = run_dir::RUNS_DIR, value_name = "DIR")]
     dir: PathBuf,
@@ -90,7 +90,7 @@ struct RunListing {
 }
 
 /// Lists the runs.
-pub fn main(args: RunsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: RunsArgs) -> anyhow::Result<ExitCode> {
     let dirs = run_dir::run_dirs(&args.dir)
         .with_context(|| format!("cannot list the runs in {}", args.dir.display()))?;
     let mut listings: Vec<RunListing> = dirs.iter().map(|dir| listing(dir)).collect();

@@ -29,7 +29,7 @@ several labels counts under each. WALLTIME is the time an agent has left
 before its --walltime ends; it stops taking work before then. Queued work
 for labels that no executor offers (all agents relabelled away, say) is
 listed per label at the end, and under waiting_for_labels in --json.")]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     address: super::PoolAddress,
     /// Print one JSON object instead of tables, for scripts.
@@ -86,7 +86,7 @@ struct StatusJson {
 }
 
 /// Asks every member and prints what they say.
-pub fn main(args: StatusArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let node = observe(&args.address, "status", args.timeout)?;
     let (mut answers, silent) = ask_everyone(&node, args.timeout);
     node.leave();

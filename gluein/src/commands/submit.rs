@@ -54,7 +54,7 @@ their priority.
 Work that no agent of the pool offers to run is refused, listed, unless
 --wait-for-labels asks to queue it until an agent that offers its labels
 joins or is relabelled.")]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// The graph file (TOML, or JSON if it ends in .json).
     graph: PathBuf,
     #[command(flatten)]
@@ -95,7 +95,7 @@ struct SubmittedJson {
 }
 
 /// Checks the graph, sends it, and prints the job's id.
-pub fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(name) = &args.name {
         check_job_name(name).map_err(|error| {
             anyhow::anyhow!("--name: {error}; leave it out to name the job after its graph file")

@@ -39,7 +39,7 @@ with exit status 2 (the jobs' runners keep going, and a pool node
 restarted on its state directory carries on with them: wait again then).
 With --reconnect DURATION, the wait carries on when the pool node comes
 back within DURATION.")]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     /// The jobs' ids, as `submit` printed them.
     #[arg(required = true, value_name = "ID")]
     ids: Vec<u64>,
@@ -72,7 +72,7 @@ const LEAVE_WAIT: Duration = Duration::from_secs(3);
 const LEAVE_WAIT_PAST_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Waits for the jobs.
-pub fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: WaitArgs) -> anyhow::Result<ExitCode> {
     gluein::signals::catch_stop_signals()?;
     let started = Instant::now();
     let deadline = args.timeout.map(|timeout| started + timeout);

@@ -412,7 +412,7 @@ pub(crate) mod testing {
     /// the script in that moment fails with "Text file busy". So the text is
     /// staged under another name and `cp`, a process that starts nothing,
     /// writes the script itself.
-    pub fn write_executable(path: &Path, text: &str) {
+    pub(crate) fn write_executable(path: &Path, text: &str) {
         let mut staged = path.as_os_str().to_owned();
         staged.push(".staged");
         std::fs::write(&staged, text).unwrap();
@@ -429,10 +429,10 @@ pub(crate) mod testing {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
 
     /// A fresh directory under the system temp dir, removed on drop.
-    pub struct TempDir(PathBuf);
+    pub(crate) struct TempDir(PathBuf);
 
     impl TempDir {
-        pub fn new(label: &str) -> Self {
+        pub(crate) fn new(label: &str) -> Self {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let dir = std::env::temp_dir()
                 .join(format!("glidein-test-{}-{label}-{n}", std::process::id()));
@@ -441,7 +441,7 @@ pub(crate) mod testing {
             Self(dir)
         }
 
-        pub fn path(&self) -> &Path {
+        pub(crate) fn path(&self) -> &Path {
             &self.0
         }
     }

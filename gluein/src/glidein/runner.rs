@@ -406,7 +406,7 @@ pub(crate) mod testing {
     use std::process::ExitStatus;
 
     /// One canned reply.
-    pub enum Reply {
+    pub(crate) enum Reply {
         /// The program ran: exit code, stdout, stderr.
         Ran(i32, String, String),
         /// The program could not be started.
@@ -415,34 +415,34 @@ pub(crate) mod testing {
 
     /// Replays replies in order and records every call.
     #[derive(Default)]
-    pub struct FakeRunner {
+    pub(crate) struct FakeRunner {
         replies: RefCell<VecDeque<Reply>>,
         /// Every (program, args) seen, in order.
         pub calls: RefCell<Vec<(String, Vec<String>)>>,
     }
 
     impl FakeRunner {
-        pub fn new(replies: Vec<Reply>) -> Self {
+        pub(crate) fn new(replies: Vec<Reply>) -> Self {
             Self {
                 replies: RefCell::new(replies.into()),
                 calls: RefCell::default(),
             }
         }
 
-        pub fn programs(&self) -> Vec<String> {
+        pub(crate) fn programs(&self) -> Vec<String> {
             self.calls.borrow().iter().map(|(p, _)| p.clone()).collect()
         }
     }
 
-    pub fn ok(stdout: &str) -> Reply {
+    pub(crate) fn ok(stdout: &str) -> Reply {
         Reply::Ran(0, stdout.into(), String::new())
     }
 
-    pub fn fail(code: i32, stderr: &str) -> Reply {
+    pub(crate) fn fail(code: i32, stderr: &str) -> Reply {
         Reply::Ran(code, String::new(), stderr.into())
     }
 
-    pub fn output(code: i32, stdout: &str, stderr: &str) -> Output {
+    pub(crate) fn output(code: i32, stdout: &str, stderr: &str) -> Output {
         Output {
             status: ExitStatus::from_raw(code << 8),
             stdout: stdout.as_bytes().to_vec(),

@@ -28,6 +28,7 @@ mod write;
 // The integration tests damage headers with the same helper.
 #[cfg(test)]
 #[path = "../../tests/common/fits_header.rs"]
+#[allow(unreachable_pub)] // public for the integration tests that share the file
 mod fits_header;
 #[cfg(test)]
 mod tests;

@@ -31,7 +31,7 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    pub fn apply(&self, x: f64, y: f64) -> (f64, f64) {
+    pub(crate) fn apply(&self, x: f64, y: f64) -> (f64, f64) {
         let (s, c) = self.angle.sin_cos();
         let (dx, dy) = (x - self.centre.0, y - self.centre.1);
         (
@@ -87,7 +87,7 @@ pub(crate) struct Scene {
 }
 
 impl Scene {
-    pub fn conditions(&self, epoch: Epoch) -> &Conditions {
+    pub(crate) fn conditions(&self, epoch: Epoch) -> &Conditions {
         match epoch {
             Epoch::A => &self.a,
             Epoch::B => &self.b,
@@ -95,7 +95,7 @@ impl Scene {
     }
 
     /// Where an A-frame position lands in `epoch`'s image.
-    pub fn to_epoch(&self, epoch: Epoch, x: f64, y: f64) -> (f64, f64) {
+    pub(crate) fn to_epoch(&self, epoch: Epoch, x: f64, y: f64) -> (f64, f64) {
         match epoch {
             Epoch::A => (x, y),
             Epoch::B => self.a_to_b.apply(x, y),

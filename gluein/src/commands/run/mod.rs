@@ -55,7 +55,7 @@ Examples:
 Every run writes a journal (SQLite) and the commands' output files into one
 directory, constellation-runs/<graph>-<time>/ by default. Query the journal
 with `constellation report JOURNAL` or with sqlite3.")]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The graph file (TOML, or JSON if it ends in .json).
     graph: PathBuf,
     /// Executors for general work; each runs one activity at a time.
@@ -171,7 +171,7 @@ enum ProgressMode {
 impl RunArgs {
     /// Whether the run joins a pool (`--pool`), and so talks to other
     /// nodes over the network.
-    pub fn joins_a_pool(&self) -> bool {
+    pub(crate) fn joins_a_pool(&self) -> bool {
         self.pool.is_some()
     }
 }
@@ -193,7 +193,7 @@ impl ProgressMode {
 /// Runs the graph; exits 0 if every activity succeeded, 1 if some failed,
 /// 130 when stopped by SIGINT or SIGTERM, and 2 when its pool node is gone
 /// for good.
-pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut session = RunSession::new(args)?;
     if session.start()? {
         while session.running() {
