@@ -7,12 +7,12 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use constellation::context::{Context, ContextList, ExecutorContext, Preference};
 use constellation::core::{
     shards, Action, Call, MatchTable, Origin, Outcome, Scheduler, Submission,
 };
-use constellation::event::Event;
-use constellation::id::{ActivityId, IdIssuer, NodeId};
+use constellation::Event;
+use constellation::{ActivityId, IdIssuer, NodeId};
+use constellation::{Context, ContextList, ExecutorContext, Preference};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 /// Activities per iteration in the queue benchmarks.

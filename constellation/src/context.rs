@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The label of the default context. Activities that say nothing run on
 /// executors that list `anywhere`, which executors do by default.
-pub const ANYWHERE: &str = "anywhere";
+pub(crate) const ANYWHERE: &str = "anywhere";
 
 /// An interned context label. Cheap to copy and compare; labels are few and
 /// live for the whole process, so the interner never frees them.

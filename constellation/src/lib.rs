@@ -26,27 +26,27 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod activity;
+mod activity;
 pub mod collect;
-pub mod context;
+mod context;
 pub mod core;
-pub mod event;
+mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
-pub mod id;
-pub mod local;
+mod id;
+mod local;
 #[cfg(feature = "net")]
 pub mod net;
 pub mod protocol;
-pub mod resources;
+mod resources;
 pub mod sim;
 pub mod trace;
 pub mod wire;
 
-pub use activity::{Activity, ActivityCx, Step};
+pub use activity::{panic_message, Activity, ActivityCx, Outbox, Step};
 pub use context::{Context, ContextList, ExecutorContext, Label, ListMode, Preference};
-pub use core::{RelabelError, SubmitError};
-pub use event::{Event, Payload, PayloadError};
-pub use id::{ActivityId, NodeId};
+pub use core::{MatchTable, RelabelError, SubmitError};
+pub use event::{Event, Payload, PayloadError, PayloadValue, WireEvent};
+pub use id::{ActivityId, IdIssuer, NodeId};
 pub use local::{DoneError, Pool, PoolBuilder, PoolError, RunSummary};
 pub use resources::Resources;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use constellation::collect::{MultiEventCollector, SingleEventCollector};
 use constellation::core::{Origin, Scheduler, Submission};
-use constellation::id::IdIssuer;
+use constellation::IdIssuer;
 use constellation::{Activity, ContextList, ExecutorContext, NodeId, Pool};
 use constellation_workloads::{fib_activities, Fib, Player, Trivial};
 use executors::shell::{ShellActivity, ShellResult, ShellSpec};

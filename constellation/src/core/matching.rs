@@ -22,9 +22,9 @@ use crate::id::ActivityId;
 /// a networked pool, also accepts unpinned work that none here matches.
 ///
 /// ```
-/// use constellation::context::{ContextList, ExecutorContext};
+/// use constellation::{ContextList, ExecutorContext};
 /// use constellation::core::MatchTable;
-/// use constellation::id::{IdIssuer, NodeId};
+/// use constellation::{IdIssuer, NodeId};
 ///
 /// let executors: Vec<ExecutorContext> = vec!["CPU".parse()?, "GPU,CPU".parse()?];
 /// let table = MatchTable::new(&executors);

@@ -69,7 +69,9 @@ use crate::activity::Activity;
 
 pub use builder::{PoolBuilder, PoolError};
 pub use pool::{DoneError, Pool, RunSummary};
-pub use uplink::{Arrival, Outgoing, Uplink, OFF_NODE};
+#[cfg(feature = "net")]
+pub(crate) use uplink::{Arrival, Outgoing};
+pub(crate) use uplink::{Uplink, OFF_NODE};
 
 /// An activity as the local driver stores it.
 type Boxed = Box<dyn Activity>;

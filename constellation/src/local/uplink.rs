@@ -17,7 +17,7 @@ use crate::id::ActivityId;
 /// As a forwarding pointer it means "moved to another node: ask the uplink
 /// where". In the trail of an activity it means "came from another node: tell
 /// the uplink when it finishes", so the exporter can drop its copy.
-pub const OFF_NODE: Place = Place(u64::MAX);
+pub(crate) const OFF_NODE: Place = Place(u64::MAX);
 
 /// Where a pool hands over what must leave its process: the network driver.
 ///

@@ -5,7 +5,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use constellation::event::PayloadValue;
+use constellation::PayloadValue;
 use constellation::{
     Activity, ActivityCx, ActivityId, Context, ContextList, Event, Payload, PayloadError, Step,
 };
@@ -13,7 +13,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
-use constellation::activity::panic_message;
+use constellation::panic_message;
 
 use super::{CudaDevice, GpuError, GPU_LABEL};
 

@@ -62,7 +62,7 @@ use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use constellation::activity::panic_message;
+use constellation::panic_message;
 use constellation::{Context, ExecutorContext, Resources};
 use cudarc::driver::{result, sys, DriverError};
 use serde::{Deserialize, Serialize};

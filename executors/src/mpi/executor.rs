@@ -11,7 +11,7 @@ use ::mpi::request::{scope, Request, Scope};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Threading;
-use constellation::activity::panic_message;
+use constellation::panic_message;
 use constellation::{Context, ExecutorContext, Payload, PayloadError, PoolBuilder, Resources};
 
 use super::{MpiActivity, MpiError, MpiLink, MpiOutcome, MpiReport, RankFailure, Request as Job};

@@ -87,7 +87,7 @@ use std::fmt;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use constellation::event::PayloadValue;
+use constellation::PayloadValue;
 use constellation::{
     Activity, ActivityCx, ActivityId, Context, ContextList, Event, Payload, PayloadError, Step,
 };
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn on_mpi_travels_as_an_activity() {
-        let mut ids = constellation::id::IdIssuer::new(constellation::NodeId::random(), 0);
+        let mut ids = constellation::IdIssuer::new(constellation::NodeId::random(), 0);
         let on = OnMpi::new(ids.issue(), DotProduct { n: 10 })
             .with_context("mpi:ranks=2..=8".parse().unwrap());
         let bytes = constellation::wire::encode_activity(&on).unwrap();

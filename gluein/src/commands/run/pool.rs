@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use constellation::core::MatchTable;
 use constellation::net::{Node, NodeConfig};
+use constellation::MatchTable;
 use constellation::{Context, ExecutorContext, Pool};
 use executors::probe::Hardware;
 use graph::{Graph, ReleasedCounts, COORDINATOR_LABEL, TRAVEL_SLACK};
