@@ -6,7 +6,7 @@ use crate::context::ContextList;
 use crate::event::Event;
 use crate::id::ActivityId;
 
-/// Why [`Scheduler::deliver`] did not deliver an event here.
+/// Why [`Scheduler::deliver`](crate::core::Scheduler::deliver) did not deliver an event here.
 #[derive(Debug)]
 pub enum DeliveryError {
     /// The activity was stolen; send the event on to `to`.

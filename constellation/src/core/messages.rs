@@ -16,8 +16,8 @@ use crate::id::ActivityId;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Place(pub u64);
 
-/// An activity taken out of one scheduler by [`Scheduler::steal`], to be
-/// handed to another with [`Scheduler::accept`].
+/// An activity taken out of one scheduler by [`Scheduler::steal`](crate::core::Scheduler::steal), to be
+/// handed to another with [`Scheduler::accept`](crate::core::Scheduler::accept).
 #[derive(Debug)]
 pub struct Stolen<T> {
     /// The activity's id; it keeps it wherever it goes.
@@ -69,9 +69,9 @@ pub struct Submission<T> {
 /// A call an executor should make now.
 #[derive(Debug)]
 pub struct Work<T> {
-    /// Names the activity; hand it back to [`Scheduler::complete`].
+    /// Names the activity; hand it back to [`Scheduler::complete`](crate::core::Scheduler::complete).
     pub ticket: Ticket,
-    /// The activity, lent to the executor until [`Scheduler::complete`].
+    /// The activity, lent to the executor until [`Scheduler::complete`](crate::core::Scheduler::complete).
     pub body: T,
     /// Which call to make.
     pub call: Call,
@@ -120,7 +120,7 @@ pub enum Action<T> {
         to: Place,
     },
     /// A stolen activity finished: the places that kept forwarding pointers
-    /// to it can forget them ([`Scheduler::forget_forward`]).
+    /// to it can forget them ([`Scheduler::forget_forward`](crate::core::Scheduler::forget_forward)).
     ForgetForwards {
         /// The finished activity.
         id: ActivityId,
@@ -157,11 +157,11 @@ pub struct Counts {
     pub delivered: u64,
     /// Events that reached no activity.
     pub undeliverable: u64,
-    /// Activities taken out of this scheduler by [`Scheduler::steal`] or
-    /// [`Scheduler::steal_off_node`].
+    /// Activities taken out of this scheduler by [`Scheduler::steal`](crate::core::Scheduler::steal) or
+    /// [`Scheduler::steal_off_node`](crate::core::Scheduler::steal_off_node).
     ///
-    /// [`Scheduler::steal`]: super::Scheduler::steal
-    /// [`Scheduler::steal_off_node`]: super::Scheduler::steal_off_node
+    /// [`Scheduler::steal`](crate::core::Scheduler::steal): super::Scheduler::steal
+    /// [`Scheduler::steal_off_node`](crate::core::Scheduler::steal_off_node): super::Scheduler::steal_off_node
     pub stolen: u64,
 }
 

@@ -2,35 +2,7 @@
 //!
 //! This is the embedded default. It needs no network: build a [`Pool`],
 //! submit activities, wait for their results with a collector, and call
-//! [`Pool::done`].
-//!
-//! ```
-//! use constellation::collect::SingleEventCollector;
-//! use constellation::{Activity, ActivityCx, Event, Pool, Step};
-//! use serde::{Deserialize, Serialize};
-//!
-//! #[derive(Serialize, Deserialize)]
-//! struct Square { x: u64, reply_to: constellation::ActivityId }
-//!
-//! #[typetag::serde]
-//! impl Activity for Square {
-//!     fn initialize(&mut self, cx: &mut ActivityCx<'_>) -> Step {
-//!         cx.send(self.reply_to, self.x * self.x);
-//!         Step::Finish
-//!     }
-//!     fn process(&mut self, _cx: &mut ActivityCx<'_>, _event: Event) -> Step {
-//!         Step::Finish
-//!     }
-//! }
-//!
-//! let pool = Pool::builder().executors(2).start()?;
-//! let (collector, result) = SingleEventCollector::new();
-//! let reply_to = pool.submit(collector)?;
-//! pool.submit(Square { x: 12, reply_to })?;
-//! assert_eq!(result.wait_one()?.take::<u64>()?, 144);
-//! pool.done()?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! [`Pool::done`]; the crate's documentation has an example.
 //!
 //! # Threads and schedulers
 //! Each executor thread owns one [`Scheduler`] shard behind its own mutex.

@@ -1,5 +1,5 @@
-//! Moving never-started activities between schedulers: [`Scheduler::steal`]
-//! takes them out (leaving a forwarding pointer), [`Scheduler::accept`] takes
+//! Moving never-started activities between schedulers: [`Scheduler::steal`](crate::core::Scheduler::steal)
+//! takes them out (leaving a forwarding pointer), [`Scheduler::accept`](crate::core::Scheduler::accept) takes
 //! them in, and the forwarding pointers are kept until the activity finishes.
 
 use super::{QueueOwner, Record, Scheduler, State};
@@ -20,7 +20,7 @@ impl<T> Scheduler<T> {
     }
 
     /// [`steal`](Self::steal) for a thief on another node: activities that
-    /// may not leave their node ([`Submission::stealable`] is `false`) stay.
+    /// may not leave their node ([`Submission::stealable`](crate::core::Submission::stealable) is `false`) stay.
     pub fn steal_off_node(
         &mut self,
         thief: &ExecutorContext,

@@ -1,5 +1,5 @@
 //! What a node hands its driver: [`Output`], one at a time from
-//! [`Machine::poll_output`](super::Machine::poll_output).
+//! [`Machine::poll_output`](super::StateMachine::poll_output).
 //!
 //! The order is fixed: every message to send first (in the order the node
 //! queued them), then every [`NodeEvent`], then the moment the node wants
@@ -21,14 +21,14 @@ use crate::protocol::message::{Envelope, Message};
 mod tests;
 
 /// One thing the driver must do or know, from
-/// [`Machine::poll_output`](super::Machine::poll_output).
+/// [`Machine::poll_output`](super::StateMachine::poll_output).
 #[derive(Debug)]
 pub enum Output<P, B, E> {
     /// A message to send.
     Transmit(Transmit<P, B, E>),
     /// Something the driver must know.
     Event(NodeEvent),
-    /// When to call [`Machine::handle_timeout`](super::Machine::handle_timeout)
+    /// When to call [`Machine::handle_timeout`](super::StateMachine::handle_timeout)
     /// next; always the last output before `None`.
     Timeout(Instant),
 }
@@ -41,7 +41,7 @@ pub struct Transmit<P, B, E> {
     /// The message, with this node as its sender.
     pub envelope: Envelope<P, B, E>,
     /// Handed back to
-    /// [`Machine::handle_send_failed`](super::Machine::handle_send_failed)
+    /// [`Machine::handle_send_failed`](super::StateMachine::handle_send_failed)
     /// if the message cannot be delivered.
     pub token: SendToken,
 }
@@ -86,7 +86,7 @@ impl SendToken {
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeEvent {
     /// The members, or what they offer, changed: read
-    /// [`Machine::members`](super::Machine::members).
+    /// [`Machine::members`](super::StateMachine::members).
     MembersChanged,
     /// A member that was seen as a master said it leaves the pool: the pool
     /// node was stopped on purpose.
