@@ -76,11 +76,15 @@ fn only_the_cancelled_origins_commands_die_report_once_and_nothing_of_it_starts_
     let spared_pid = pid_in(&dir.join("spared"));
     let _cleanup = KillGroups(vec![polite_pid, stubborn_pid, spared_pid]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while shell::running_from(origin) < 3 {
+    // Three of the origin's activities are held while the failing command
+    // still runs, before it has failed: wait for its retry to be pending
+    // too (it is the only activity in this process that retries).
+    while shell::running_from(origin) < 3 || shell::waiting_to_retry() < 1 {
         assert!(
             Instant::now() < deadline,
-            "the origin's work never held 2 commands and 1 retry: {}",
-            shell::running_from(origin)
+            "the origin's work never held 2 commands and 1 retry: {} held, {} waiting to retry",
+            shell::running_from(origin),
+            shell::waiting_to_retry()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
