@@ -12,7 +12,7 @@ use common::{
     alive, group_members, log, numbered_graph, run, scratch, spawn, text, wait_exit,
     wait_while_running, Guard,
 };
-use journal::{ActivityState, Journal};
+use journal::{ActivityState, Journal, LOST};
 
 /// Activities in the graph; each gets an executor of its own.
 const COMMANDS: usize = 4;
@@ -215,16 +215,23 @@ fn executions(dir: &Path) -> usize {
     log(dir, "executions").lines().count()
 }
 
-/// Checks that the journal at `path` has one attempt per execution of
-/// [`labelled_sleepers`] in `dir`, for the run's log `said`.
+/// Checks that the journal at `path` has an attempt for every execution of
+/// [`labelled_sleepers`] in `dir`, for the run's log `said`. An attempt
+/// more than the executions may only be a `lost` stand-in: a start the
+/// agent reported just as the run stopped, whose command was killed before
+/// its first line ran (seen once in CI: started 15 ms before the stop).
 fn assert_an_attempt_per_execution(path: &Path, dir: &Path, said: &str) {
     let attempts = Journal::open_read_only(path)
         .and_then(|journal| journal.attempts(None))
         .expect("the run's attempts");
-    assert_eq!(
-        attempts.len(),
-        executions(dir),
-        "one attempt per execution: {attempts:#?}\n{said}"
+    let executions = executions(dir);
+    let lost = (attempts.iter())
+        .filter(|attempt| attempt.recorded.outcome == LOST)
+        .count();
+    assert!(
+        attempts.len() >= executions && attempts.len() - executions <= lost,
+        "an attempt per execution ({executions}), and no more but lost stand-ins ({lost} lost): \
+         {attempts:#?}\n{said}"
     );
 }
 
