@@ -1,16 +1,7 @@
 //! Reading an output back: only its end for an error message.
 
 use super::*;
-
-/// Bytes this process has read through read(2) and its kin, all threads.
-fn bytes_read() -> u64 {
-    let io = std::fs::read_to_string("/proc/self/io").unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .unwrap()
-        .parse()
-        .unwrap()
-}
+use crate::shell::stream::tests::bytes_read;
 
 fn scratch_file(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("result-tail-{}", std::process::id()));

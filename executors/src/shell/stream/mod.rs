@@ -38,4 +38,4 @@ pub use reader::{copy_channel, read_channel, scan, tail, Scan, StreamedAttempt};
 pub(crate) use writer::{Pumped, StreamSink};
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -207,8 +207,9 @@ fn the_tail_of_a_large_stream_reads_only_its_end() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Bytes this process has read through read(2) and its kin, all threads.
-fn bytes_read() -> u64 {
+/// Bytes this process has read through read(2) and its kin, all threads
+/// (also for the output tests, which read streams back).
+pub(in crate::shell) fn bytes_read() -> u64 {
     let io = std::fs::read_to_string("/proc/self/io").unwrap();
     io.lines()
         .find_map(|l| l.strip_prefix("rchar: "))
